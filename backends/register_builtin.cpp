@@ -1,0 +1,25 @@
+// The one place that lists the compiled-in backends (explicit registration: static initializers
+// would be dropped when libtrident.a is linked). A new backend adds one line here.
+#include "core/registry.h"
+
+namespace trident {
+
+std::unique_ptr<Backend> make_cpu_backend();
+#ifdef TRIDENT_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend();
+#endif
+#ifdef TRIDENT_HAVE_OPENCL
+std::unique_ptr<Backend> make_opencl_backend();
+#endif
+
+void register_builtin_backends(DeviceRegistry& registry) {
+#ifdef TRIDENT_HAVE_CUDA
+  registry.add_backend(make_cuda_backend());
+#endif
+#ifdef TRIDENT_HAVE_OPENCL
+  registry.add_backend(make_opencl_backend());
+#endif
+  registry.add_backend(make_cpu_backend());
+}
+
+}  // namespace trident

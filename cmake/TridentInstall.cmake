@@ -1,0 +1,23 @@
+# `cmake --install` exports a package: find_package(Trident) + target_link_libraries(app Trident::trident).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS trident EXPORT TridentTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS trident_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY core models DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/trident
+        FILES_MATCHING PATTERN "*.h")
+install(FILES trident.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/trident)
+install(EXPORT TridentTargets NAMESPACE Trident:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Trident)
+
+set(TRIDENT_CONFIG_CUDA ${TRIDENT_ENABLE_CUDA})
+set(TRIDENT_CONFIG_OPENCL ${TRIDENT_ENABLE_OPENCL})
+set(TRIDENT_CONFIG_MPI ${TRIDENT_ENABLE_MPI})
+configure_package_config_file(cmake/TridentConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/TridentConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Trident)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/TridentConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/TridentConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/TridentConfigVersion.cmake
+              cmake/FindNCCL.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Trident)

@@ -1,0 +1,15 @@
+// Device's non-virtual parts: the caching pool every device owns.
+#include "core/device.h"
+
+#include "core/allocator.h"
+
+namespace trident {
+
+Device::Device() : allocator_(std::make_unique<CachingAllocator>(*this)) {}
+Device::~Device() = default;
+
+CachingAllocator& Device::allocator() { return *allocator_; }
+
+void Device::release_pool() noexcept { allocator_->release_all(); }
+
+}  // namespace trident

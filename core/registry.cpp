@@ -1,0 +1,131 @@
+// Device selection: names to devices, with errors that list what exists.
+#include "core/registry.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace trident {
+
+DeviceRegistry& DeviceRegistry::global() {
+  static DeviceRegistry* registry = [] {
+    auto* r = new DeviceRegistry();  // intentionally never deleted: see the header
+    register_builtin_backends(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void DeviceRegistry::add_backend(std::unique_ptr<Backend> backend) {
+  BackendEntry entry;
+  entry.name = backend->name();
+  try {
+    entry.devices = backend->discover(entry.why_none);
+  } catch (const std::exception& e) {
+    entry.devices.clear();
+    entry.why_none = e.what();
+  }
+  if (entry.devices.empty() && entry.why_none.empty()) entry.why_none = "no devices found";
+  backends_.push_back(std::move(entry));
+}
+
+std::vector<Device*> DeviceRegistry::all_devices() const {
+  std::vector<Device*> out;
+  for (const auto& b : backends_)
+    for (const auto& d : b.devices) out.push_back(d.get());
+  return out;
+}
+
+const DeviceRegistry::BackendEntry* DeviceRegistry::find_backend(const std::string& name) const {
+  for (const auto& b : backends_)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+std::string DeviceRegistry::describe() const {
+  std::ostringstream out;
+  for (const auto& b : backends_) {
+    out << b.name << ": " << b.devices.size() << " device" << (b.devices.size() == 1 ? "" : "s");
+    if (b.devices.empty()) out << " (" << b.why_none << ")";
+    for (const auto& d : b.devices) out << "\n  " << d->info().id() << "  " << d->info().name;
+    out << "\n";
+  }
+  return out.str();
+}
+
+Device& DeviceRegistry::backend_default(const BackendEntry& entry) const {
+  if (entry.devices.empty())
+    throw DeviceNotFound("backend '" + entry.name + "' has no devices (" + entry.why_none +
+                         ").\nAvailable:\n" + describe());
+  for (const auto& d : entry.devices)
+    if (d->info().type == "gpu") return *d;
+  return *entry.devices.front();
+}
+
+Device& DeviceRegistry::device(const std::string& spec) const {
+  const auto colon = spec.find(':');
+  const std::string backend = spec.substr(0, colon);
+  const BackendEntry* entry = find_backend(backend);
+  if (!entry) {
+    std::string names;
+    for (const auto& b : backends_) names += (names.empty() ? "" : ", ") + b.name;
+    throw DeviceNotFound("unknown backend '" + backend + "' in device name '" + spec +
+                         "'; compiled-in backends: " + names + ".\nAvailable:\n" + describe());
+  }
+  if (colon == std::string::npos) return backend_default(*entry);
+  const std::string index_text = spec.substr(colon + 1);
+  const bool numeric = !index_text.empty() &&
+                       std::all_of(index_text.begin(), index_text.end(), ::isdigit);
+  if (!numeric || index_text.size() > 6 || std::stoul(index_text) >= entry->devices.size())
+    throw DeviceNotFound("no device '" + spec + "': backend '" + backend + "' has " +
+                         std::to_string(entry->devices.size()) + " device(s)" +
+                         (entry->devices.empty() ? " (" + entry->why_none + ")" : "") +
+                         ".\nAvailable:\n" + describe());
+  return *entry->devices[std::stoul(index_text)];
+}
+
+std::vector<Device*> DeviceRegistry::device_list(const std::string& list) const {
+  std::vector<Device*> out;
+  for (const std::string& item : split(list, ',')) {
+    if (item.empty())
+      throw DeviceNotFound("empty name in device list '" + list + "'.\nAvailable:\n" + describe());
+    std::vector<Device*> named;
+    const auto colon = item.find(':');
+    if (colon != std::string::npos && item.substr(colon + 1) == "all") {
+      const BackendEntry* entry = find_backend(item.substr(0, colon));
+      if (!entry || entry->devices.empty())
+        throw DeviceNotFound("'" + item + "' names no devices.\nAvailable:\n" + describe());
+      for (const auto& d : entry->devices) named.push_back(d.get());
+    } else {
+      named.push_back(&device(item));
+    }
+    for (Device* d : named) {
+      if (std::find(out.begin(), out.end(), d) != out.end())
+        throw DeviceNotFound("device " + d->info().id() + " is named twice in '" + list + "'");
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+Device& DeviceRegistry::default_device() const {
+  if (auto backend = env_string("TRIDENT_BACKEND")) {
+    if (!find_backend(*backend)) return device(*backend);  // throws, listing the backends
+    return backend_default(*find_backend(*backend));
+  }
+  if (auto* cuda = find_backend("cuda"); cuda && !cuda->devices.empty()) return *cuda->devices[0];
+  if (auto* cl = find_backend("opencl"))
+    for (const auto& d : cl->devices)
+      if (d->info().type == "gpu") return *d;
+  if (auto* cpu = find_backend("cpu"); cpu && !cpu->devices.empty()) return *cpu->devices[0];
+  throw DeviceNotFound("no device available.\n" + describe());
+}
+
+std::vector<Device*> DeviceRegistry::selected_devices() const {
+  if (auto list = env_string("TRIDENT_DEVICES")) return device_list(*list);
+  return {&default_device()};
+}
+
+}  // namespace trident

@@ -1,0 +1,330 @@
+// safetensors reading (header JSON checked field by field before any data is read) and
+// crash-safe writing (temporary file, fsync, rename, directory fsync).
+#include "core/safetensors.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "core/json.h"
+
+#ifdef _WIN32
+#include <io.h>
+#else
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool dtype_from_name(const std::string& name, DType* out) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8}) {
+    if (name == dtype_name(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// product(shape) * element_size, or false if it does not fit in uint64 (a zero dim makes it 0).
+bool byte_size(const std::vector<int64_t>& shape, size_t element_size, uint64_t* out) {
+  uint64_t n = element_size;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) n = 0;
+  for (int64_t d : shape) {
+    if (n == 0) break;
+    if (d < 0 || static_cast<uint64_t>(d) > std::numeric_limits<uint64_t>::max() / n) return false;
+    n *= static_cast<uint64_t>(d);
+  }
+  *out = n;
+  return true;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// ---- loading ----
+
+struct Entry {
+  HostTensor tensor;
+  uint64_t begin = 0, end = 0;
+};
+
+// Checks one tensor entry of the header and returns it with its offsets (bytes not yet read).
+Entry parse_entry(const std::string& path, const std::string& name, const json::Value& v, uint64_t data_size) {
+  const std::string where = path + ": tensor " + json::quote(name) + ": ";
+  if (v.kind != json::Value::Kind::object)
+    throw FormatError(where + "expected an object, got " + json::kind_name(v.kind));
+  for (const auto& member : v.object) {
+    if (member.first != "dtype" && member.first != "shape" && member.first != "data_offsets")
+      throw FormatError(where + "unexpected field " + json::quote(member.first));
+  }
+  const auto field = [&](const char* key, json::Value::Kind kind) -> const json::Value& {
+    const json::Value* f = v.find(key);
+    if (f == nullptr) throw FormatError(where + "missing field \"" + key + "\"");
+    if (f->kind != kind)
+      throw FormatError(where + "field \"" + key + "\" must be " + json::kind_name(kind) + ", got " +
+                        json::kind_name(f->kind));
+    return *f;
+  };
+  Entry e;
+  e.tensor.name = name;
+  const std::string& dtype = field("dtype", json::Value::Kind::string).string;
+  if (!dtype_from_name(dtype, &e.tensor.dtype))
+    throw FormatError(where + "unsupported dtype " + json::quote(dtype) + " (Trident reads F32, F16, BF16, I32, U8)");
+  for (const json::Value& d : field("shape", json::Value::Kind::array).array) {
+    if (d.kind != json::Value::Kind::integer || d.integer < 0)
+      throw FormatError(where + "shape entries must be non-negative integers");
+    e.tensor.shape.push_back(d.integer);
+  }
+  uint64_t bytes = 0;
+  if (!byte_size(e.tensor.shape, dtype_size(e.tensor.dtype), &bytes))
+    throw FormatError(where + "shape " + shape_text(e.tensor.shape) + " overflows 64 bits");
+  const json::Value& offsets = field("data_offsets", json::Value::Kind::array);
+  if (offsets.array.size() != 2) throw FormatError(where + "data_offsets must have exactly 2 entries");
+  for (const json::Value& o : offsets.array) {
+    if (o.kind != json::Value::Kind::integer || o.integer < 0)
+      throw FormatError(where + "data_offsets entries must be non-negative integers");
+  }
+  e.begin = static_cast<uint64_t>(offsets.array[0].integer);
+  e.end = static_cast<uint64_t>(offsets.array[1].integer);
+  const std::string range = "[" + std::to_string(e.begin) + "," + std::to_string(e.end) + "]";
+  if (e.begin > e.end) throw FormatError(where + "data_offsets " + range + " are reversed");
+  if (e.end > data_size)
+    throw FormatError(where + "data_offsets " + range + " run past the " + std::to_string(data_size) +
+                      "-byte data region");
+  if (e.end - e.begin != bytes)
+    throw FormatError(where + "data_offsets " + range + " hold " + std::to_string(e.end - e.begin) +
+                      " bytes but shape " + shape_text(e.tensor.shape) + " of " + dtype + " needs " +
+                      std::to_string(bytes));
+  return e;
+}
+
+// Closes a FILE* on every path out of a function.
+struct FileCloser {
+  std::FILE* f;
+  ~FileCloser() {
+    if (f != nullptr) std::fclose(f);
+  }
+};
+
+void read_exact(std::FILE* f, const std::string& path, void* dst, size_t n, const std::string& what) {
+  if (n != 0 && std::fread(dst, 1, n, f) != n)
+    throw FormatError(path + ": could not read " + what + (std::ferror(f) ? ": " + std::string(std::strerror(errno)) : ": unexpected end of file"));
+}
+
+}  // namespace
+
+TensorFile load_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw FormatError(path + ": is a directory, not a safetensors file");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw FormatError(path + ": cannot open safetensors file: " + std::strerror(errno));
+  FileCloser closer{f};
+  const uint64_t file_size = fs::file_size(path, ec);
+  if (ec) throw FormatError(path + ": cannot determine the file size: " + ec.message());
+  if (file_size < 8)
+    throw FormatError(path + ": " + std::to_string(file_size) + " bytes is too short for a safetensors file (needs an 8-byte header length)");
+
+  uint8_t len_bytes[8];
+  read_exact(f, path, len_bytes, 8, "the header length");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kSafetensorsMaxHeader)
+    throw FormatError(path + ": header length " + std::to_string(header_len) + " is absurdly large (limit " +
+                      std::to_string(kSafetensorsMaxHeader) + " bytes); not a safetensors file?");
+  if (header_len > file_size - 8)
+    throw FormatError(path + ": header length " + std::to_string(header_len) + " runs past the end of the " +
+                      std::to_string(file_size) + "-byte file");
+  std::string header(header_len, '\0');
+  read_exact(f, path, &header[0], header_len, "the JSON header");
+  json::Value root;
+  try {
+    root = json::parse(header);
+  } catch (const FormatError& e) {
+    throw FormatError(path + ": bad header: " + e.what());
+  }
+  if (root.kind != json::Value::Kind::object)
+    throw FormatError(path + ": header must be a JSON object, got " + json::kind_name(root.kind));
+
+  const uint64_t data_size = file_size - 8 - header_len;
+  TensorFile out;
+  std::vector<Entry> entries;
+  for (const auto& member : root.object) {  // the parser already rejected duplicate names
+    if (member.first == "__metadata__") {
+      if (member.second.kind != json::Value::Kind::object)
+        throw FormatError(path + ": __metadata__ must be an object, got " + json::kind_name(member.second.kind));
+      for (const auto& kv : member.second.object) {
+        if (kv.second.kind != json::Value::Kind::string)
+          throw FormatError(path + ": __metadata__ value " + json::quote(kv.first) + " must be a string, got " +
+                            json::kind_name(kv.second.kind));
+        out.metadata[kv.first] = kv.second.string;
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, member.first, member.second, data_size));
+  }
+
+  // The byte ranges must tile the data region exactly: sorted by offset, each starts where the
+  // previous ended and the last ends at the end of the file.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t cursor = 0;
+  const std::string* previous = nullptr;
+  for (const Entry& e : entries) {
+    const std::string where = path + ": tensor " + json::quote(e.tensor.name) + ": ";
+    if (e.begin < cursor)
+      throw FormatError(where + "data_offsets start at " + std::to_string(e.begin) + ", overlapping tensor " +
+                        json::quote(*previous) + " which ends at " + std::to_string(cursor));
+    if (e.begin > cursor)
+      throw FormatError(where + "data_offsets start at " + std::to_string(e.begin) + ", leaving bytes " +
+                        std::to_string(cursor) + ".." + std::to_string(e.begin) + " of the data region unused");
+    cursor = e.end;
+    previous = &e.tensor.name;
+  }
+  if (cursor != data_size)
+    throw FormatError(path + ": tensors cover " + std::to_string(cursor) + " bytes but the data region has " +
+                      std::to_string(data_size) + " (trailing bytes after the last tensor)");
+
+  // The file position is now the start of the data region and the entries are contiguous.
+  for (Entry& e : entries) {
+    e.tensor.bytes.resize(e.end - e.begin);
+    read_exact(f, path, e.tensor.bytes.data(), e.tensor.bytes.size(), "tensor " + json::quote(e.tensor.name));
+    out.tensors.push_back(std::move(e.tensor));
+  }
+  return out;
+}
+
+// ---- saving ----
+
+namespace {
+
+std::string build_header(const TensorFile& file) {
+  std::string h = "{";
+  if (!file.metadata.empty()) {
+    h += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& kv : file.metadata) {
+      h += (first ? "" : ",") + json::quote(kv.first) + ":" + json::quote(kv.second);
+      first = false;
+    }
+    h += "}";
+  }
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const HostTensor& t : file.tensors) {
+    if (t.name.empty() || t.name == "__metadata__")
+      throw UsageError("save_safetensors: invalid tensor name " + json::quote(t.name));
+    if (!names.insert(t.name).second) throw UsageError("save_safetensors: duplicate tensor name " + json::quote(t.name));
+    uint64_t bytes = 0;
+    if (!byte_size(t.shape, dtype_size(t.dtype), &bytes) || bytes != t.bytes.size())
+      throw ShapeError("save_safetensors: tensor " + json::quote(t.name) + " has shape " + shape_text(t.shape) +
+                       " of " + dtype_name(t.dtype) + " but " + std::to_string(t.bytes.size()) + " bytes");
+    if (h.size() > 1) h += ",";
+    h += json::quote(t.name) + ":{\"dtype\":\"" + dtype_name(t.dtype) + "\",\"shape\":" + shape_text(t.shape) +
+         ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  h += "}";
+  h.append((8 - h.size() % 8) % 8, ' ');  // data starts at 8 + h.size(), a multiple of 8
+  return h;
+}
+
+// Owns the temporary file until it is renamed: any exit before that closes and deletes it.
+struct TempFile {
+  std::string path;
+  std::FILE* f = nullptr;
+  bool renamed = false;
+  ~TempFile() {
+    if (f != nullptr) std::fclose(f);
+    if (!renamed && !path.empty()) std::remove(path.c_str());
+  }
+};
+
+std::string random_suffix() {
+  static std::mt19937_64 rng(std::random_device{}() ^
+                             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const TensorFile& file) {
+  const std::string header = build_header(file);  // validates everything before touching the disk
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string fail_prefix = "save_safetensors: cannot write " + path + ": ";
+  const std::string untouched = "; any previous file there is unchanged";
+
+  TempFile tmp;
+  for (int attempt = 0; tmp.f == nullptr; ++attempt) {
+    tmp.path = (dir / ("." + target.filename().string() + "." + random_suffix() + ".tmp")).string();
+    tmp.f = std::fopen(tmp.path.c_str(), "wbx");  // "x": fail rather than reuse an existing name
+    if (tmp.f == nullptr && (errno != EEXIST || attempt == 3)) {
+      const int err = errno;
+      tmp.path.clear();  // nothing was created, so nothing to remove
+      std::error_code ec;
+      const std::string why = fs::is_directory(dir, ec) ? std::strerror(err) : "directory " + dir.string() + " does not exist";
+      throw Error(fail_prefix + "cannot create a temporary file: " + why + untouched);
+    }
+  }
+
+  uint8_t len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  const auto put = [&](const void* p, size_t n) {
+    if (n != 0 && std::fwrite(p, 1, n, tmp.f) != n)
+      throw Error(fail_prefix + "write failed: " + std::strerror(errno) + untouched);
+  };
+  put(len_bytes, 8);
+  put(header.data(), header.size());
+  for (const HostTensor& t : file.tensors) put(t.bytes.data(), t.bytes.size());
+  if (std::fflush(tmp.f) != 0) throw Error(fail_prefix + "write failed: " + std::strerror(errno) + untouched);
+#ifdef _WIN32
+  const int sync_rc = _commit(_fileno(tmp.f));
+#else
+  const int sync_rc = fsync(fileno(tmp.f));
+#endif
+  if (sync_rc != 0) throw Error(fail_prefix + "fsync failed: " + std::strerror(errno) + untouched);
+  const int close_rc = std::fclose(tmp.f);
+  tmp.f = nullptr;
+  if (close_rc != 0) throw Error(fail_prefix + "close failed: " + std::strerror(errno) + untouched);
+
+  // std::filesystem::rename replaces an existing file atomically on POSIX (rename(2)) and
+  // replaces it on Windows (MoveFileEx with MOVEFILE_REPLACE_EXISTING).
+  std::error_code ec;
+  fs::rename(tmp.path, target, ec);
+  if (ec) throw Error(fail_prefix + "rename of " + tmp.path + " failed: " + ec.message() + untouched);
+  tmp.renamed = true;
+
+#ifndef _WIN32
+  // Make the rename itself durable. Some file systems cannot fsync a directory (EINVAL); the
+  // file is already complete and in place then, so that is not an error.
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const int rc = fsync(dfd);
+    const int err = errno;
+    close(dfd);
+    if (rc != 0 && err != EINVAL && err != ENOTSUP && err != EROFS)
+      throw Error("save_safetensors: wrote " + path + " but could not fsync directory " + dir.string() + ": " +
+                  std::strerror(err));
+  }
+#endif
+}
+
+}  // namespace trident

@@ -1,0 +1,14 @@
+# Script mode: install Trident from TRIDENT_BUILD into WORK/prefix, build CONSUMER_SOURCE against
+# it with find_package(Trident), and run the result; any failing step fails the test.
+file(REMOVE_RECURSE ${WORK})
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+run_step(${CMAKE_COMMAND} --install ${TRIDENT_BUILD} --prefix ${WORK}/prefix)
+run_step(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build ${WORK}/build -j 2)
+run_step(${WORK}/build/consumer)
