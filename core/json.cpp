@@ -99,7 +99,7 @@ class Parser {
   }
 
   Value value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than 64");
+    if (depth >= kMaxDepth) fail("nesting deeper than 64");
     if (at_end()) fail("unexpected end of text, expected a value");
     Value v;
     const char c = peek();
