@@ -1,15 +1,8 @@
-// The `trident` command line: devices, train, eval.
+// The `trident` executable: forwards to run_cli.
 #include <iostream>
 
-#include "core/error.h"
-#include "core/registry.h"
+#include "models/cli.h"
 
 int main(int argc, char** argv) {
-  try {
-    std::cout << trident::DeviceRegistry::global().describe();
-    return 0;
-  } catch (const trident::Error& e) {
-    std::cerr << "trident: " << e.what() << "\n";
-    return 1;
-  }
+  return trident::run_cli(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
 }

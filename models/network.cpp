@@ -1,0 +1,156 @@
+// Network: shape checking, parameter layout and initialisation, buffer management, forward/backward.
+#include "models/network.h"
+
+#include <sstream>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "models/layers.h"
+
+namespace trident {
+
+std::vector<float> initial_parameters(const std::vector<NamedParameter>& params, int64_t count,
+                                      uint64_t seed) {
+  std::vector<float> values(static_cast<size_t>(count));
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int64_t n = shape_numel(params[p].shape);
+    const float bound = params[p].init_bound;
+    for (int64_t i = 0; i < n; ++i) {
+      // Stream 0x80000000 + p keeps initialisation apart from every dropout stream.
+      const float u = philox_uniform(seed, 0x80000000u + static_cast<uint32_t>(p), 0xFFFFFFFFu,
+                                     static_cast<uint64_t>(i));
+      values[static_cast<size_t>(params[p].offset + i)] = (2.0f * u - 1.0f) * bound;
+    }
+  }
+  return values;
+}
+
+Shape Network::batch_shape(int64_t batch) const {
+  Shape s{batch};
+  s.insert(s.end(), sample_shape_.begin(), sample_shape_.end());
+  return s;
+}
+
+void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
+  if (layers_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
+  device_ = &device;
+  sample_shape_ = sample_shape;
+  // Fuse each Linear followed by a ReLU into the GEMM epilogue.
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    auto* linear = dynamic_cast<Linear*>(layers_[i].get());
+    auto* relu = dynamic_cast<ReLU*>(layers_[i + 1].get());
+    if (linear && relu) {
+      linear->set_fused_relu(true);
+      relu->set_passthrough(true);
+    }
+  }
+  // Check the shapes through the stack once, with a batch of 1, and lay out the parameters.
+  Shape shape = batch_shape(1);
+  named_.clear();
+  parameter_count_ = 0;
+  for (auto& layer : layers_) {
+    try {
+      shape = layer->output_shape(shape);
+    } catch (const ShapeError& e) {
+      throw ShapeError("model '" + model_name_ + "', layer '" + layer->name() + "': " + e.what());
+    }
+    for (const ParamSpec& spec : layer->parameter_specs()) {
+      named_.push_back({layer->name() + "." + spec.name, spec.shape, parameter_count_,
+                        spec.init_bound});
+      parameter_count_ += shape_numel(spec.shape);
+    }
+  }
+  params_ = Tensor::from_host(device, {parameter_count_},
+                              initial_parameters(named_, parameter_count_, seed));
+  grads_ = Tensor::zeros(device, {parameter_count_});
+  size_t next = 0;
+  for (auto& layer : layers_) {
+    std::vector<Tensor> p, g;
+    for (size_t k = 0; k < layer->parameter_specs().size(); ++k, ++next) {
+      p.push_back(params_.view(named_[next].offset, named_[next].shape));
+      g.push_back(grads_.view(named_[next].offset, named_[next].shape));
+    }
+    layer->bind(p, g);
+  }
+  buffers_.clear();
+  last_ = nullptr;
+}
+
+Network::Buffers& Network::buffers_for(int64_t batch) {
+  if (!device_) throw Error("Network::build() must be called before use");
+  auto found = buffers_.find(batch);
+  if (found != buffers_.end()) return found->second;
+  Buffers b;
+  Shape shape = batch_shape(batch);
+  b.input = Tensor::empty(*device_, shape);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = *layers_[i];
+    const Shape out = layer.output_shape(shape);
+    std::vector<Tensor> scratch;
+    for (const ScratchSpec& s : layer.scratch_specs(*device_, shape))
+      scratch.push_back(Tensor::empty(*device_, s.shape, s.dtype));
+    b.scratch.push_back(std::move(scratch));
+    // An aliasing layer's output (and output gradient) is its input's memory, reshaped.
+    const bool alias = layer.output_aliases_input();
+    const Tensor& in = i == 0 ? b.input : b.activations[i - 1];
+    b.activations.push_back(alias ? in.reshape(out) : Tensor::empty(*device_, out));
+    b.activation_grads.push_back(alias && i > 0 ? b.activation_grads[i - 1].reshape(out)
+                                                : Tensor::empty(*device_, out));
+    shape = out;
+  }
+  return buffers_.emplace(batch, std::move(b)).first->second;
+}
+
+const Tensor& Network::input_buffer(int64_t batch) { return buffers_for(batch).input; }
+
+const Tensor& Network::forward(const StepContext& ctx, const Tensor& input) {
+  if (input.shape() != batch_shape(input.dim(0)))
+    throw ShapeError("model '" + model_name_ + "' expects input " +
+                     shape_string(batch_shape(input.dim(0))) + ", got " +
+                     shape_string(input.shape()));
+  Buffers& b = buffers_for(input.dim(0));
+  last_ = &b;
+  last_input_ = input;
+  const Tensor* x = &input;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Tensor y = b.activations[i];
+    if (layers_[i]->output_aliases_input() && x != &b.activations[i])
+      y = x->reshape(b.activations[i].shape());  // alias whatever the input really is
+    b.activations[i] = y;
+    layers_[i]->forward(ctx, *x, b.activations[i], b.scratch[i]);
+    x = &b.activations[i];
+  }
+  return *x;
+}
+
+const Tensor& Network::output_gradient() {
+  if (!last_) throw Error("output_gradient() before forward()");
+  return last_->activation_grads.back();
+}
+
+void Network::backward(const StepContext& ctx) {
+  if (!last_) throw Error("backward() before forward()");
+  Buffers& b = *last_;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const Tensor& x = i == 0 ? last_input_ : b.activations[i - 1];
+    // The first layer needs no input gradient. For an aliasing layer dx is dy's memory: a
+    // passthrough ReLU masks it in place, Flatten has nothing to do.
+    const Tensor dx = i == 0 ? Tensor() : b.activation_grads[i - 1];
+    layers_[i]->backward(ctx, x, b.activations[i], b.activation_grads[i], dx, b.scratch[i]);
+  }
+}
+
+std::string Network::summary() const {
+  std::ostringstream out;
+  out << model_name_ << ": " << layers_.size() << " layers, " << parameter_count_
+      << " parameters\n";
+  Shape shape = batch_shape(1);
+  for (const auto& layer : layers_) {
+    shape = layer->output_shape(shape);
+    out << "  " << layer->name() << " (" << layer->kind() << ") -> " << shape_string(shape)
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace trident

@@ -1,0 +1,88 @@
+// Network: an ordered stack of layers with its parameters in one flat device buffer (so that the
+// optimizer and the all-reduce each touch one buffer) and persistent activation buffers per batch
+// size (so that a step allocates nothing and can be captured and replayed).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layer.h"
+
+namespace trident {
+
+struct NamedParameter {
+  std::string name;   // "conv1.weight", as PyTorch names the same model's state dict
+  Shape shape;
+  int64_t offset = 0; // in floats, within the flat buffer
+  float init_bound = 0.0f;
+};
+
+class Network {
+ public:
+  explicit Network(std::string model_name) : model_name_(std::move(model_name)) {}
+  Network(Network&&) = default;
+  Network& operator=(Network&&) = default;
+
+  // Appends a layer; parameter names are "<name>.weight" / "<name>.bias".
+  template <typename L, typename... Args>
+  L& add(const std::string& name, Args&&... args) {
+    auto layer = std::make_unique<L>(std::forward<Args>(args)...);
+    L& ref = *layer;
+    layer->set_name(name.empty() ? std::to_string(layers_.size()) : name);
+    layer->set_index(static_cast<uint32_t>(layers_.size()));
+    layers_.push_back(std::move(layer));
+    return ref;
+  }
+
+  // Checks every layer's shapes for samples of sample_shape (no batch dim), fuses Linear+ReLU,
+  // allocates the flat parameter and gradient buffers on `device`, and initialises the weights
+  // from `seed` with Philox on the host (identical on every backend).
+  void build(Device& device, const Shape& sample_shape, uint64_t seed);
+
+  const std::string& model_name() const { return model_name_; }
+  Device& device() const { return *device_; }
+  const Shape& sample_shape() const { return sample_shape_; }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  const std::vector<NamedParameter>& named_parameters() const { return named_; }
+  int64_t parameter_count() const { return parameter_count_; }
+  const Tensor& parameters() const { return params_; }  // flat [parameter_count]
+  const Tensor& gradients() const { return grads_; }    // same layout as parameters()
+  std::string summary() const;
+
+  // The buffer a batch of `batch` samples is gathered into before forward().
+  const Tensor& input_buffer(int64_t batch);
+  // Runs the layers on input ([batch, sample_shape...]); returns the output (persistent buffer).
+  const Tensor& forward(const StepContext& ctx, const Tensor& input);
+  // The buffer the loss writes d(loss)/d(output) into, for the last forward's batch size.
+  const Tensor& output_gradient();
+  // Backward through every layer for the last forward; fills gradients().
+  void backward(const StepContext& ctx);
+
+ private:
+  struct Buffers {                         // everything one batch size needs
+    Tensor input;
+    std::vector<Tensor> activations;       // [i] = output of layer i
+    std::vector<Tensor> activation_grads;  // [i] = d loss / d output of layer i
+    std::vector<std::vector<Tensor>> scratch;
+  };
+  Buffers& buffers_for(int64_t batch);
+  Shape batch_shape(int64_t batch) const;
+
+  std::string model_name_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<NamedParameter> named_;
+  Device* device_ = nullptr;
+  Shape sample_shape_;
+  int64_t parameter_count_ = 0;
+  Tensor params_, grads_;
+  std::map<int64_t, Buffers> buffers_;
+  Tensor last_input_;
+  Buffers* last_ = nullptr;
+};
+
+// Host-side initial values of every parameter, laid out as the flat buffer (Philox uniform).
+std::vector<float> initial_parameters(const std::vector<NamedParameter>& params, int64_t count,
+                                      uint64_t seed);
+
+}  // namespace trident
