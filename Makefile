@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` (install, build, train the seed CNN on the best
+# device) and `make test` (build and run every test). Other targets are for development.
+BUILD ?= build
+EPOCHS ?= 25
+MODEL ?= cnn
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+JOBS ?= $(shell nproc)
+
+.PHONY: run test build deps bench clean
+
+run: deps build
+	$(BUILD)/trident devices
+	$(BUILD)/trident train --model $(MODEL) --epochs $(EPOCHS)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure --timeout 3000
+
+deps:
+	bash scripts/install_deps.sh
+
+build:
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+bench: build
+	python3 bench/run_bench.py --build $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Trident builds, tests and trains with, if any is missing.
+# The CUDA Toolkit is not a Debian package here: it is used when found at /usr/local/cuda.
+set -euo pipefail
+packages=(cmake ninja-build g++ make libtbb-dev zlib1g-dev catch2
+          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
+          libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq
+$sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
