@@ -209,9 +209,12 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
     }
   }
   if (!all_reduce && global_step_ % options_.average_every != 0) average_replicas();
-  float loss_sum = 0.0f;  // reading it waits for the last step
-  replicas_[0]->device->copy_to_host(&loss_sum, replicas_[0]->loss_sum.memory(), sizeof(float));
-  for (auto& r : replicas_) r->device->synchronize();
+  double loss_sum = 0.0;  // the mean over replicas of their batch-loss sums; reading waits
+  for (auto& r : replicas_) {
+    float replica_sum = 0.0f;
+    r->device->copy_to_host(&replica_sum, r->loss_sum.memory(), sizeof(float));
+    loss_sum += replica_sum / static_cast<double>(n);
+  }
   EpochStats stats;
   stats.epoch = epoch;
   stats.steps = steps;
