@@ -1,0 +1,284 @@
+// trident_bench: training throughput of the seed models (through the real Trainer, so captured
+// steps are what is timed), GEMM GFLOP/s through Device::gemm, and data-parallel weak scaling;
+// one JSON object per measurement on stdout (bench/run_bench.py compares them with PyTorch).
+//
+//   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big] [--batch N]
+//                 [--big-batch N] [--steps N] [--epochs N] [--gemm-sizes 256,1024,...]
+//                 [--no-train] [--no-gemm] [--no-capture] [--data DIR|synthetic]
+//   trident_bench --devices cuda:0,cuda:1 [--model mlp-big] [--batch 512]   (weak scaling)
+//
+// Timing: the data set (batch * steps samples, Fashion-MNIST tiled to that size, or synthetic)
+// is resident on the device. Epoch 1 is warm-up (the first step runs eagerly and allocates, the
+// second is captured); epochs 2..N are timed, each ending in the Trainer's one loss read-back.
+// ms_per_step is the median over the timed epochs, ms_per_step_min the best.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/idx.h"
+#include "core/registry.h"
+#include "core/tensor.h"
+#include "models/seed_models.h"
+#include "models/trainer.h"
+
+namespace {
+
+using trident::Device;
+
+struct Options {
+  std::string device, devices, models, data = "auto";
+  int64_t batch = 0, big_batch = 0, steps = 0, epochs = 4;
+  std::vector<int64_t> gemm_sizes;
+  bool train = true, gemm = true, capture = true;
+};
+
+const char* kUsage =
+    "usage: trident_bench [--device ID] [--models mlp,cnn,mlp-big] [--batch N] [--big-batch N]\n"
+    "                     [--steps N] [--epochs N] [--gemm-sizes 256,512,...] [--no-train]\n"
+    "                     [--no-gemm] [--no-capture] [--data DIR|synthetic]\n"
+    "       trident_bench --devices cuda:0,cuda:1 [--models mlp-big] [--batch 512]\n"
+    "  --device     one device (default: the best, as TRIDENT_BACKEND / the registry choose)\n"
+    "  --devices    weak scaling over the first 1..N devices of the list, batch per device fixed\n"
+    "  --batch      batch per device for mlp and cnn (200), and for mlp-big unless --big-batch\n"
+    "  --big-batch  batch for mlp-big (512 on GPUs, 200 on CPUs)\n"
+    "  --steps      steps per epoch (default by device type and model)\n"
+    "  --epochs     epochs in all; the first is warm-up (4)\n";
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int64_t to_int(const std::string& name, const std::string& value) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(value, &used);
+    if (used == value.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw trident::UsageError(name + " '" + value + "' is not a positive integer");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw trident::UsageError(a + " needs a value\n" + kUsage);
+      return argv[++i];
+    };
+    if (a == "--device") o.device = value();
+    else if (a == "--devices") o.devices = value();
+    else if (a == "--models" || a == "--model") o.models = value();
+    else if (a == "--batch") o.batch = to_int(a, value());
+    else if (a == "--big-batch") o.big_batch = to_int(a, value());
+    else if (a == "--steps") o.steps = to_int(a, value());
+    else if (a == "--epochs") o.epochs = std::max<int64_t>(2, to_int(a, value()));
+    else if (a == "--data") o.data = value();
+    else if (a == "--gemm-sizes") for (auto& s : split(value())) o.gemm_sizes.push_back(to_int(a, s));
+    else if (a == "--no-train") o.train = false;
+    else if (a == "--no-gemm") o.gemm = false;
+    else if (a == "--no-capture") o.capture = false;
+    else if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
+    else throw trident::UsageError("unknown option '" + a + "'\n" + kUsage);
+  }
+  return o;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+// One measurement line; every line carries the same fields (null where they do not apply).
+struct Record {
+  std::string bench, model, device, device_name;
+  int64_t batch = 0, n_devices = 1, size = 0, steps = 0;
+  double ms_per_step = -1, ms_per_step_min = -1, samples_per_s = -1, gflops = -1;
+  bool capture = false;
+};
+
+void emit(const Record& r) {
+  auto num = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
+  std::cout << "{\"impl\": \"trident\", \"bench\": " << json_string(r.bench)
+            << ", \"model\": " << json_string(r.model) << ", \"device\": " << json_string(r.device)
+            << ", \"device_name\": " << json_string(r.device_name) << ", \"batch\": " << r.batch
+            << ", \"n_devices\": " << r.n_devices << ", \"size\": " << r.size
+            << ", \"steps\": " << r.steps << ", \"capture\": " << (r.capture ? "true" : "false")
+            << ", \"ms_per_step\": " << num(r.ms_per_step)
+            << ", \"ms_per_step_min\": " << num(r.ms_per_step_min)
+            << ", \"samples_per_s\": " << num(r.samples_per_s) << ", \"gflops\": " << num(r.gflops)
+            << "}" << std::endl;
+}
+
+bool is_gpu(const Device& d) { return d.info().type == "gpu"; }
+
+// `count` training samples: Fashion-MNIST (or --data DIR) repeated to that size, else synthetic
+// normalized noise with random labels. Only the amount of resident data matters for speed.
+trident::MnistSplits bench_data(const std::string& source, int64_t count) {
+  trident::MnistSplits splits;
+  trident::ImageDataset real;
+  if (source != "synthetic") {
+    const std::string dir = source == "auto" ? trident::default_data_directory() : source;
+    try {
+      real = trident::load_mnist_directory(dir).train;
+      splits.directory = dir;
+    } catch (const trident::Error& e) {
+      if (source != "auto") throw;
+      std::cerr << "trident_bench: " << e.what() << "; using synthetic data\n";
+    }
+  }
+  auto& t = splits.train;
+  t.count = count, t.height = 28, t.width = 28;
+  t.images.resize(static_cast<size_t>(count * 784));
+  t.labels.resize(static_cast<size_t>(count));
+  uint32_t state = 12345;
+  auto next = [&] { state = state * 1664525u + 1013904223u; return state >> 8; };
+  for (int64_t i = 0; i < count; ++i) {
+    float* row = &t.images[static_cast<size_t>(i * 784)];
+    if (real.count > 0) {
+      const int64_t src = i % real.count;
+      std::copy_n(&real.images[static_cast<size_t>(src * 784)], 784, row);
+      t.labels[static_cast<size_t>(i)] = real.labels[static_cast<size_t>(src)];
+    } else {
+      for (int p = 0; p < 784; ++p) row[p] = static_cast<float>(next()) / 16777216.0f * 3.0f - 0.4f;
+      t.labels[static_cast<size_t>(i)] = static_cast<int32_t>(next() % 10);
+    }
+  }
+  splits.test = t;  // the bench never evaluates; one small split keeps the Trainer happy
+  splits.test.count = std::min<int64_t>(count, 1000);
+  splits.test.images.resize(static_cast<size_t>(splits.test.count * 784));
+  splits.test.labels.resize(static_cast<size_t>(splits.test.count));
+  return splits;
+}
+
+int64_t default_steps(const std::vector<Device*>& devices, const std::string& model) {
+  if (is_gpu(*devices[0])) return 200;
+  if (model == "mlp-big") return 6;
+  return model == "cnn" ? 40 : 100;
+}
+
+// Trains `model` on `devices` (batch per device) and reports the timed epochs.
+Record measure_training(const Options& o, const std::vector<Device*>& devices,
+                        const std::string& model, int64_t batch_per_device) {
+  const int64_t n = static_cast<int64_t>(devices.size());
+  const int64_t steps = o.steps > 0 ? o.steps : default_steps(devices, model);
+  trident::TrainOptions t;
+  t.model = model;
+  t.batch = batch_per_device * n;
+  t.capture = o.capture;
+  const trident::MnistSplits data = bench_data(o.data, t.batch * steps);
+  trident::Trainer trainer(devices, t, data);
+  trainer.train_epoch();  // warm-up: allocation, capture, caches, clocks
+  std::vector<double> ms;
+  for (int64_t e = 1; e < o.epochs; ++e)
+    ms.push_back(trainer.train_epoch().seconds * 1e3 / static_cast<double>(steps));
+  std::sort(ms.begin(), ms.end());
+  Record r;
+  r.bench = n > 1 || !o.devices.empty() ? "scaling" : "train";
+  r.model = model;
+  r.device = trainer.device_names();
+  r.device_name = devices[0]->info().name;
+  r.batch = batch_per_device;
+  r.n_devices = n;
+  r.steps = steps;
+  r.capture = o.capture;
+  r.ms_per_step = ms[ms.size() / 2];
+  r.ms_per_step_min = ms.front();
+  r.samples_per_s = static_cast<double>(t.batch) * 1e3 / r.ms_per_step;
+  return r;
+}
+
+// C[n,n] = A B through Device::gemm, best of 3 timed batches lasting about 0.3 s each.
+Record measure_gemm(Device& d, int64_t n) {
+  std::vector<float> host(static_cast<size_t>(n * n));
+  uint32_t state = static_cast<uint32_t>(n);
+  for (auto& x : host) { state = state * 1664525u + 1013904223u; x = (state >> 8) / 8388608.0f - 1.0f; }
+  const trident::Tensor a = trident::Tensor::from_host(d, {n, n}, host);
+  const trident::Tensor b = trident::Tensor::from_host(d, {n, n}, host);
+  const trident::Tensor c = trident::Tensor::empty(d, {n, n});
+  trident::GemmArgs g;
+  g.m = g.n = g.k = n;
+  g.a = a.memory(), g.b = b.memory(), g.c = c.memory();
+  g.lda = g.ldb = g.ldc = n;
+  auto run = [&](int64_t reps) {
+    d.synchronize();
+    const double t0 = now_seconds();
+    for (int64_t i = 0; i < reps; ++i) d.gemm(g);
+    d.synchronize();
+    return now_seconds() - t0;
+  };
+  run(2);  // warm-up: library handles, kernel selection, clocks
+  const double once = std::max(run(1), 1e-6);
+  const int64_t reps = std::max<int64_t>(1, static_cast<int64_t>(0.3 / once));
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) best = std::min(best, run(reps) / static_cast<double>(reps));
+  Record r;
+  r.bench = "gemm";
+  r.model = "sgemm";
+  r.device = d.info().id();
+  r.device_name = d.info().name;
+  r.size = n;
+  r.steps = reps;
+  r.ms_per_step = best * 1e3;
+  r.gflops = 2.0 * static_cast<double>(n) * n * n / best / 1e9;
+  return r;
+}
+
+int run(const Options& o) {
+  auto& registry = trident::DeviceRegistry::global();
+  if (!o.devices.empty()) {  // weak scaling over the first 1..N devices of the list
+    const std::vector<Device*> all = registry.device_list(o.devices);
+    const int64_t batch = o.batch > 0 ? o.batch : (is_gpu(*all[0]) ? 512 : 200);
+    for (const std::string& model : split(o.models.empty() ? "mlp-big" : o.models))
+      for (size_t n = 1; n <= all.size(); ++n)
+        emit(measure_training(o, std::vector<Device*>(all.begin(), all.begin() + n), model, batch));
+    return 0;
+  }
+  Device& d = o.device.empty() ? registry.default_device() : registry.device(o.device);
+  std::cerr << "trident_bench on " << d.info().id() << " (" << d.info().name << ")\n";
+  if (o.train)
+    for (const std::string& model : split(o.models.empty() ? "mlp,cnn,mlp-big" : o.models)) {
+      int64_t batch = o.batch > 0 ? o.batch : 200;
+      if (model == "mlp-big") batch = o.big_batch > 0 ? o.big_batch : (is_gpu(d) ? 512 : batch);
+      emit(measure_training(o, {&d}, model, batch));
+    }
+  if (o.gemm) {
+    std::vector<int64_t> sizes = o.gemm_sizes;
+    if (sizes.empty())
+      sizes = is_gpu(d) ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
+                        : std::vector<int64_t>{256, 512, 1024, 2048};
+    for (int64_t n : sizes) emit(measure_gemm(d, n));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const trident::UsageError& e) {
+    std::cerr << "trident_bench: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "trident_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
