@@ -1,0 +1,178 @@
+// OpenClDevice: one OpenCL device behind the Device interface (one context, one in-order queue,
+// one program holding every kernel of kernels/opencl, GEMM through CLBlast).
+#pragma once
+#include <CL/cl.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "backends/opencl/cl_errors.h"
+#include "core/device.h"
+
+namespace trident::opencl {
+
+// Every kernel of the program; kKernelNames (opencl_device.cpp) holds their names in this order.
+enum class Kernel : int {
+  relu_forward, relu_backward, axpby, gemm_epilogue, dropout,
+  sum_rows, sum_long_rows, log_softmax_forward, log_softmax_backward, nll_loss_forward,
+  nll_loss_backward, count_correct,
+  im2col, col2im, conv_output_nchw, conv_grad_channel_major, maxpool2d_forward,
+  maxpool2d_backward,
+  gather_rows_u32, gather_rows_u8, advance_step, sgd_update, adam_update,
+  count_
+};
+
+// A kernel's buffer argument: the cl_mem and an offset in elements of `element_bytes`.
+struct BufferArg {
+  cl_mem mem;
+  cl_ulong offset;
+};
+
+// An NDRange: `items` work-items in groups of `group` (rounded up), or an explicit 2-D shape.
+struct LaunchRange {
+  cl_uint dims = 1;
+  size_t global[2] = {0, 1};
+  size_t local[2] = {256, 1};
+  static LaunchRange items(size_t count, size_t group = 256) {
+    LaunchRange r;
+    r.global[0] = (count + group - 1) / group * group;
+    r.local[0] = group;
+    return r;
+  }
+  static LaunchRange groups(size_t count, size_t group) {
+    LaunchRange r;
+    r.global[0] = count * group;
+    r.local[0] = group;
+    return r;
+  }
+};
+
+class OpenClDevice final : public Device {
+ public:
+  OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceInfo info);
+  ~OpenClDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+
+  void* raw_allocate(size_t bytes) override;
+  void raw_free(void* handle) noexcept override;
+  void copy_from_host(DeviceMemory dst, const void* host, size_t bytes) override;
+  void copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
+  void copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
+  void fill(DeviceMemory dst, int64_t count, float value) override;
+  void synchronize() override;
+
+  void gemm(const GemmArgs& args) override;
+  void sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db, float beta) override;
+  void axpby(DeviceMemory x, DeviceMemory y, int64_t n, float a, float b) override;
+
+  void relu_forward(DeviceMemory x, DeviceMemory y, int64_t n) override;
+  void relu_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t n) override;
+  void dropout(DeviceMemory x, DeviceMemory y, int64_t n, int64_t group, int64_t group_offset,
+               float p, uint64_t seed, uint32_t stream, DeviceMemory step_state) override;
+
+  size_t conv2d_workspace_bytes(const Conv2dShape& s) const override;
+  void conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory b,
+                      DeviceMemory y, DeviceMemory workspace) override;
+  void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory dy,
+                       DeviceMemory dx, DeviceMemory dw, DeviceMemory db,
+                       DeviceMemory workspace) override;
+  void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
+                         DeviceMemory argmax) override;
+  void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
+                          DeviceMemory dx) override;
+
+  void log_softmax_forward(DeviceMemory x, DeviceMemory y, int64_t rows, int64_t cols) override;
+  void log_softmax_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t rows,
+                            int64_t cols) override;
+  void nll_loss_forward(DeviceMemory logp, DeviceMemory labels, int64_t rows, int64_t cols,
+                        DeviceMemory loss, bool accumulate) override;
+  void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
+                         DeviceMemory dlogp) override;
+  void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows, int64_t cols,
+                     DeviceMemory correct) override;
+
+  void gather_rows(DeviceMemory src, size_t row_bytes, DeviceMemory table, int64_t rows,
+                   DeviceMemory step_state, DeviceMemory dst) override;
+  void advance_step(DeviceMemory step_state) override;
+  void sgd_update(DeviceMemory params, DeviceMemory grads, DeviceMemory momentum, int64_t n,
+                  const SgdParams& hp) override;
+  void adam_update(DeviceMemory params, DeviceMemory grads, DeviceMemory m, DeviceMemory v,
+                   int64_t n, const AdamParams& hp, DeviceMemory step_state) override;
+
+  // "opencl:0 (pthread-haswell-AMD EPYC)", for error messages.
+  const std::string& label() const { return label_; }
+  cl_device_id device_id() const { return device_; }
+  // Compiles (or loads from the program cache) on first use.
+  void ensure_program();
+
+ private:
+  // Argument helpers for launch(): buffers expand to (cl_mem, element offset).
+  BufferArg buffer(DeviceMemory m, size_t element_bytes, const char* what) const;
+  void set_args(cl_kernel, cl_uint) {}
+  template <typename T, typename... Rest>
+  void set_args(cl_kernel kernel, cl_uint index, const T& value, const Rest&... rest);
+  // Sets the arguments and enqueues; an empty range enqueues nothing.
+  template <typename... Args>
+  void launch(Kernel kernel, const LaunchRange& range, const Args&... args);
+  void enqueue(Kernel kernel, const LaunchRange& range);
+
+  void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+             DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta, DeviceMemory c,
+             size_t ldc);
+  void reap_uploads(bool wait);
+
+  DeviceInfo info_;
+  std::string label_;
+  cl_platform_id platform_ = nullptr;
+  cl_device_id device_ = nullptr;
+  cl_context context_ = nullptr;
+  cl_command_queue queue_ = nullptr;
+  uint64_t max_alloc_bytes_ = 0;
+
+  std::once_flag program_once_;
+  cl_program program_ = nullptr;
+  std::vector<cl_kernel> kernels_;
+
+  // CLBlast's scratch for padded GEMMs, grown to the largest need and kept (no per-call malloc).
+  cl_mem gemm_temp_ = nullptr;
+  size_t gemm_temp_bytes_ = 0;
+  std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
+                      size_t>, size_t> gemm_temp_sizes_;
+
+  // Host copies of small uploads in flight (copy_from_host returns before the write runs).
+  struct Upload { cl_event done; std::unique_ptr<unsigned char[]> bytes; };
+  std::vector<Upload> uploads_;
+};
+
+template <typename T, typename... Rest>
+void OpenClDevice::set_args(cl_kernel kernel, cl_uint index, const T& value, const Rest&... rest) {
+  if constexpr (std::is_same_v<T, BufferArg>) {
+    TRIDENT_CL_CHECK(clSetKernelArg(kernel, index, sizeof(cl_mem), &value.mem), label_);
+    TRIDENT_CL_CHECK(clSetKernelArg(kernel, index + 1, sizeof(cl_ulong), &value.offset), label_);
+    set_args(kernel, index + 2, rest...);
+  } else {
+    static_assert(std::is_arithmetic_v<T>, "kernel arguments are BufferArg or cl_ scalars");
+    TRIDENT_CL_CHECK(clSetKernelArg(kernel, index, sizeof(T), &value), label_);
+    set_args(kernel, index + 1, rest...);
+  }
+}
+
+template <typename... Args>
+void OpenClDevice::launch(Kernel kernel, const LaunchRange& range, const Args&... args) {
+  if (range.global[0] == 0 || range.global[1] == 0) return;
+  ensure_program();
+  set_args(kernels_[static_cast<int>(kernel)], 0, args...);
+  enqueue(kernel, range);
+}
+
+// Sizes the kernels index with 32-bit integers; larger ones are refused with a clear message.
+cl_uint checked_u32(int64_t value, const char* what);
+
+}  // namespace trident::opencl

@@ -1,0 +1,84 @@
+// Linear algebra: GEMM through CLBlast plus a fused bias/ReLU epilogue, bias gradients, axpby.
+#include <clblast.h>
+
+#include "backends/opencl/opencl_device.h"
+#include "core/error.h"
+
+namespace trident::opencl {
+
+void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                         DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
+                         DeviceMemory c, size_t ldc) {
+  using clblast::Transpose;
+  const BufferArg A = buffer(a, sizeof(float), "GEMM A");
+  const BufferArg B = buffer(b, sizeof(float), "GEMM B");
+  const BufferArg C = buffer(c, sizeof(float), "GEMM C");
+  const Transpose op_a = trans_a ? Transpose::kYes : Transpose::kNo;
+  const Transpose op_b = trans_b ? Transpose::kYes : Transpose::kNo;
+  // CLBlast pads awkward shapes through a scratch buffer; without one it would create (and
+  // free) a buffer on every call. The size depends on shapes and offsets: remember each answer.
+  const auto key = std::make_tuple(int(trans_a), int(trans_b), m, n, k, size_t(A.offset), lda,
+                                   size_t(B.offset), ldb, size_t(C.offset), ldc);
+  auto known = gemm_temp_sizes_.find(key);
+  if (known == gemm_temp_sizes_.end()) {
+    size_t bytes = 0;
+    TRIDENT_CLBLAST_CHECK(clblast::GemmTempBufferSize<float>(
+                              clblast::Layout::kRowMajor, op_a, op_b, m, n, k, A.offset, lda,
+                              B.offset, ldb, C.offset, ldc, &queue_, bytes),
+                          label_);
+    known = gemm_temp_sizes_.emplace(key, bytes).first;
+  }
+  const size_t temp_bytes = known->second;
+  if (temp_bytes > gemm_temp_bytes_) {
+    if (gemm_temp_) clReleaseMemObject(gemm_temp_);  // freed once queued GEMMs are done with it
+    gemm_temp_ = nullptr;
+    gemm_temp_bytes_ = 0;
+    gemm_temp_ = static_cast<cl_mem>(raw_allocate(temp_bytes));
+    gemm_temp_bytes_ = temp_bytes;
+  }
+  TRIDENT_CLBLAST_CHECK(
+      clblast::Gemm<float>(clblast::Layout::kRowMajor, op_a, op_b, m, n, k, alpha, A.mem,
+                           A.offset, lda, B.mem, B.offset, ldb, beta, C.mem, C.offset, ldc,
+                           &queue_, nullptr, temp_bytes > 0 ? gemm_temp_ : nullptr),
+      label_);
+}
+
+void OpenClDevice::gemm(const GemmArgs& g) {
+  if (g.m < 0 || g.n < 0 || g.k < 0)
+    throw ShapeError(label_ + ": gemm with negative size m=" + std::to_string(g.m) +
+                     " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k));
+  if (g.m == 0 || g.n == 0) return;
+  // Stored shapes: A is [M,K] or [K,M]; B is [K,N] or [N,K]; a zero stride means "packed".
+  const size_t lda = g.lda ? g.lda : (g.trans_a ? g.m : g.k);
+  const size_t ldb = g.ldb ? g.ldb : (g.trans_b ? g.k : g.n);
+  const size_t ldc = g.ldc ? g.ldc : g.n;
+  const bool has_bias = g.bias && g.bias_kind != BiasKind::none;
+  if (g.k > 0)
+    sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
+  if (g.k > 0 && !has_bias && !g.relu) return;
+  // C[M,N] (+ bias per column or per row), ReLU; with k == 0 also C = beta C (CLBlast refuses k=0).
+  const cl_int bias_kind = !has_bias ? 0 : g.bias_kind == BiasKind::per_column ? 1 : 2;
+  launch(Kernel::gemm_epilogue, LaunchRange::items(checked_u32(g.m * g.n, "gemm m*n")),
+         buffer(g.c, sizeof(float), "GEMM C"), checked_u32(ldc, "ldc"), checked_u32(g.m, "m"),
+         checked_u32(g.n, "n"), has_bias ? buffer(g.bias, sizeof(float), "bias") : BufferArg{},
+         bias_kind, cl_int(g.relu), cl_int(g.k == 0), g.beta);
+}
+
+void OpenClDevice::sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db,
+                            float beta) {
+  LaunchRange range;  // 32 columns x 8 row lanes per work-group
+  range.dims = 2;
+  range.global[0] = (checked_u32(cols, "cols") + 31) / 32 * 32;
+  range.global[1] = 8;
+  range.local[0] = 32;
+  range.local[1] = 8;
+  launch(Kernel::sum_rows, range, buffer(dy, sizeof(float), "dy"), checked_u32(rows, "rows"),
+         cl_uint(cols), buffer(db, sizeof(float), "db"), beta);
+}
+
+void OpenClDevice::axpby(DeviceMemory x, DeviceMemory y, int64_t n, float a, float b) {
+  launch(Kernel::axpby, LaunchRange::items(checked_u32(n, "n")), buffer(x, sizeof(float), "x"),
+         buffer(y, sizeof(float), "y"), cl_uint(n), a, b);
+}
+
+}  // namespace trident::opencl

@@ -1,0 +1,128 @@
+// Convolution (im2col + one CLBlast GEMM for the whole batch) and max pooling, NCHW.
+//
+// Workspace: col [C*KH*KW, L] then product [OC, L], L = N*OH*OW (channel-major, see conv.cl).
+// Forward:  col = im2col(x); product = W[OC, CKK] col; y = nchw(product) + b.
+// Backward: col = im2col(x); product = dy in channel-major; dW = product col^T;
+//           db = row sums of product; col = W^T product (col is free again); dx = col2im(col).
+#include "backends/opencl/opencl_device.h"
+#include "core/error.h"
+
+namespace trident::opencl {
+namespace {
+
+struct ConvDims {
+  cl_uint batch, channels, height, width, out_channels, kernel_h, kernel_w, stride, pad;
+  cl_uint out_h, out_w;
+  size_t patch, cols;  // CKK and L
+};
+
+ConvDims conv_dims(const Conv2dShape& s) {
+  if (s.stride < 1 || s.padding < 0 || s.kernel_h < 1 || s.kernel_w < 1 || s.out_height() < 1 ||
+      s.out_width() < 1)
+    throw ShapeError("OpenCL conv2d: bad shape (kernel " + std::to_string(s.kernel_h) + "x" +
+                     std::to_string(s.kernel_w) + ", stride " + std::to_string(s.stride) +
+                     ", padding " + std::to_string(s.padding) + " on " +
+                     std::to_string(s.height) + "x" + std::to_string(s.width) + ")");
+  ConvDims d{};
+  d.batch = checked_u32(s.batch, "batch");
+  d.channels = checked_u32(s.in_channels, "in_channels");
+  d.height = checked_u32(s.height, "height");
+  d.width = checked_u32(s.width, "width");
+  d.out_channels = checked_u32(s.out_channels, "out_channels");
+  d.kernel_h = checked_u32(s.kernel_h, "kernel_h");
+  d.kernel_w = checked_u32(s.kernel_w, "kernel_w");
+  d.stride = checked_u32(s.stride, "stride");
+  d.pad = checked_u32(s.padding, "padding");
+  d.out_h = checked_u32(s.out_height(), "out_height");
+  d.out_w = checked_u32(s.out_width(), "out_width");
+  d.patch = size_t(d.channels) * d.kernel_h * d.kernel_w;
+  d.cols = size_t(d.batch) * d.out_h * d.out_w;
+  checked_u32(int64_t(d.patch * d.cols), "conv im2col size");
+  checked_u32(int64_t(size_t(d.out_channels) * d.cols), "conv output size");
+  checked_u32(int64_t(size_t(d.batch) * d.channels * d.height * d.width), "conv input size");
+  return d;
+}
+
+}  // namespace
+
+size_t OpenClDevice::conv2d_workspace_bytes(const Conv2dShape& s) const {
+  const ConvDims d = conv_dims(s);
+  return (d.patch + d.out_channels) * d.cols * sizeof(float);
+}
+
+void OpenClDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
+                                  DeviceMemory b, DeviceMemory y, DeviceMemory workspace) {
+  const ConvDims d = conv_dims(s);
+  if (d.cols == 0 || d.out_channels == 0) return;
+  if (!workspace) throw ShapeError(label_ + ": conv2d_forward needs conv2d_workspace_bytes()");
+  const DeviceMemory col = workspace, product = workspace.at(d.patch * d.cols * sizeof(float));
+  launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
+         buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
+         d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
+  sgemm(false, false, d.out_channels, d.cols, d.patch, 1.0f, w, d.patch, col, d.cols, 0.0f,
+        product, d.cols);
+  launch(Kernel::conv_output_nchw, LaunchRange::items(d.out_channels * d.cols),
+         buffer(product, 4, "workspace"), buffer(y, 4, "y"),
+         b ? buffer(b, 4, "bias") : BufferArg{}, cl_int(bool(b)), d.batch, d.out_channels,
+         cl_uint(d.out_h * d.out_w));
+}
+
+void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
+                                   DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
+                                   DeviceMemory db, DeviceMemory workspace) {
+  const ConvDims d = conv_dims(s);
+  if (!workspace) throw ShapeError(label_ + ": conv2d_backward needs conv2d_workspace_bytes()");
+  const DeviceMemory col = workspace, product = workspace.at(d.patch * d.cols * sizeof(float));
+  if (d.cols == 0) {  // an empty batch: every gradient is zero
+    fill(dw, int64_t(d.out_channels * d.patch), 0.0f);
+    if (db) fill(db, d.out_channels, 0.0f);
+    return;
+  }
+  launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
+         buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
+         d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
+  launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * d.cols),
+         buffer(dy, 4, "dy"), buffer(product, 4, "workspace"), d.batch, d.out_channels,
+         cl_uint(d.out_h * d.out_w));
+  // dW[OC, CKK] = product[OC, L] col[CKK, L]^T
+  sgemm(false, true, d.out_channels, d.patch, d.cols, 1.0f, product, d.cols, col, d.cols, 0.0f,
+        dw, d.patch);
+  if (db)
+    launch(Kernel::sum_long_rows, LaunchRange::groups(d.out_channels, 256),
+           buffer(product, 4, "workspace"), cl_uint(d.cols), buffer(db, 4, "db"));
+  if (!dx) return;
+  // col[CKK, L] = W[OC, CKK]^T product[OC, L]
+  sgemm(true, false, d.patch, d.cols, d.out_channels, 1.0f, w, d.patch, product, d.cols, 0.0f,
+        col, d.cols);
+  launch(Kernel::col2im, LaunchRange::items(size_t(d.batch) * d.channels * d.height * d.width),
+         buffer(col, 4, "workspace"), buffer(dx, 4, "dx"), d.batch, d.channels, d.height,
+         d.width, d.kernel_h, d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
+}
+
+void OpenClDevice::maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
+                                     DeviceMemory argmax) {
+  if (s.kernel < 1 || s.stride < 1 || s.out_height() < 1 || s.out_width() < 1)
+    throw ShapeError(label_ + ": maxpool2d with kernel " + std::to_string(s.kernel) +
+                     ", stride " + std::to_string(s.stride) + " does not fit " +
+                     std::to_string(s.height) + "x" + std::to_string(s.width));
+  const cl_uint planes = checked_u32(s.batch * s.channels, "batch*channels");
+  launch(Kernel::maxpool2d_forward,
+         LaunchRange::items(checked_u32(planes * s.out_height() * s.out_width(), "pool output")),
+         buffer(x, 4, "x"), buffer(y, 4, "y"), buffer(argmax, 4, "argmax"), planes,
+         cl_uint(s.height), cl_uint(s.width), cl_uint(s.kernel), cl_uint(s.stride),
+         cl_uint(s.out_height()), cl_uint(s.out_width()));
+}
+
+void OpenClDevice::maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
+                                      DeviceMemory dx) {
+  if (s.kernel < 1 || s.stride < 1 || s.out_height() < 1 || s.out_width() < 1)
+    throw ShapeError(label_ + ": maxpool2d_backward with a shape that has no output");
+  const cl_uint planes = checked_u32(s.batch * s.channels, "batch*channels");
+  launch(Kernel::maxpool2d_backward,
+         LaunchRange::items(checked_u32(planes * s.height * s.width, "pool input")),
+         buffer(dy, 4, "dy"), buffer(argmax, 4, "argmax"), buffer(dx, 4, "dx"), planes,
+         cl_uint(s.height), cl_uint(s.width), cl_uint(s.kernel), cl_uint(s.stride),
+         cl_uint(s.out_height()), cl_uint(s.out_width()));
+}
+
+}  // namespace trident::opencl

@@ -1,0 +1,110 @@
+// Convolution as im2col + one GEMM over the whole batch, and max pooling; all NCHW.
+// The GEMM works on "channel-major" matrices: col is [C*KH*KW, L] and the product is [OC, L],
+// with L = N*OH*OW and column j = n*OH*OW + oh*OW + ow, so one GEMM covers every image.
+
+// col[(c*KH + kh)*KW + kw, j] = x[n, c, oh*stride - pad + kh, ow*stride - pad + kw] (0 off the edge).
+__kernel void im2col(__global const float* x, ulong x_off, __global float* col, ulong col_off,
+                     uint batch, uint channels, uint height, uint width, uint kernel_h,
+                     uint kernel_w, uint stride, uint pad, uint out_h, uint out_w) {
+  const uint cols = batch * out_h * out_w;
+  const uint i = get_global_id(0);
+  if (i >= channels * kernel_h * kernel_w * cols) return;
+  const uint r = i / cols, j = i - r * cols;
+  const uint kw = r % kernel_w, kh = (r / kernel_w) % kernel_h, c = r / (kernel_w * kernel_h);
+  const uint ow = j % out_w, oh = (j / out_w) % out_h, n = j / (out_w * out_h);
+  const int h = (int)(oh * stride + kh) - (int)pad, w = (int)(ow * stride + kw) - (int)pad;
+  float v = 0.0f;
+  if (h >= 0 && h < (int)height && w >= 0 && w < (int)width)
+    v = x[x_off + ((ulong)(n * channels + c) * height + h) * width + w];
+  col[col_off + i] = v;
+}
+
+// dx[n, c, h, w] = sum of dcol over every (kh, kw, oh, ow) that read x[n, c, h, w]: a gather, so
+// no atomics and the same sum order on every run.
+__kernel void col2im(__global const float* dcol, ulong dcol_off, __global float* dx, ulong dx_off,
+                     uint batch, uint channels, uint height, uint width, uint kernel_h,
+                     uint kernel_w, uint stride, uint pad, uint out_h, uint out_w) {
+  const uint i = get_global_id(0);
+  if (i >= batch * channels * height * width) return;
+  const uint w = i % width, h = (i / width) % height;
+  const uint c = (i / (width * height)) % channels, n = i / (width * height * channels);
+  const uint cols = batch * out_h * out_w, image_col = n * out_h * out_w;
+  float sum = 0.0f;
+  for (uint kh = 0; kh < kernel_h; ++kh) {
+    const int hp = (int)(h + pad) - (int)kh;
+    if (hp < 0 || hp % (int)stride != 0 || hp / (int)stride >= (int)out_h) continue;
+    const uint oh = hp / stride;
+    for (uint kw = 0; kw < kernel_w; ++kw) {
+      const int wp = (int)(w + pad) - (int)kw;
+      if (wp < 0 || wp % (int)stride != 0 || wp / (int)stride >= (int)out_w) continue;
+      const uint ow = wp / stride, r = (c * kernel_h + kh) * kernel_w + kw;
+      sum += dcol[dcol_off + (ulong)r * cols + image_col + oh * out_w + ow];
+    }
+  }
+  dx[dx_off + i] = sum;
+}
+
+// y[n, oc, p] = product[oc, n*plane + p] + bias[oc] (has_bias == 0: no bias); plane = OH*OW.
+__kernel void conv_output_nchw(__global const float* product, ulong product_off, __global float* y,
+                               ulong y_off, __global const float* bias, ulong bias_off,
+                               int has_bias, uint batch, uint out_channels, uint plane) {
+  const uint i = get_global_id(0);
+  if (i >= batch * out_channels * plane) return;
+  const uint p = i % plane, oc = (i / plane) % out_channels, n = i / (plane * out_channels);
+  const float v = product[product_off + (ulong)oc * batch * plane + n * plane + p];
+  y[y_off + i] = has_bias ? v + bias[bias_off + oc] : v;
+}
+
+// dyt[oc, n*plane + p] = dy[n, oc, p]: the output gradient in the GEMM's channel-major layout.
+__kernel void conv_grad_channel_major(__global const float* dy, ulong dy_off, __global float* dyt,
+                                      ulong dyt_off, uint batch, uint out_channels, uint plane) {
+  const uint cols = batch * plane;
+  const uint i = get_global_id(0);
+  if (i >= out_channels * cols) return;
+  const uint oc = i / cols, j = i - oc * cols, n = j / plane, p = j - n * plane;
+  dyt[dyt_off + i] = dy[dy_off + ((ulong)n * out_channels + oc) * plane + p];
+}
+
+// y[n, c, oh, ow] = max of the window; argmax = h*W + w of its first maximum in x's plane.
+__kernel void maxpool2d_forward(__global const float* x, ulong x_off, __global float* y,
+                                ulong y_off, __global int* argmax, ulong argmax_off, uint planes,
+                                uint height, uint width, uint kernel_size, uint stride,
+                                uint out_h, uint out_w) {
+  const uint i = get_global_id(0);
+  if (i >= planes * out_h * out_w) return;
+  const uint ow = i % out_w, oh = (i / out_w) % out_h, plane = i / (out_w * out_h);
+  __global const float* in = x + x_off + (ulong)plane * height * width;
+  const uint h0 = oh * stride, w0 = ow * stride;
+  uint best_at = h0 * width + w0;
+  float best = in[best_at];
+  for (uint kh = 0; kh < kernel_size; ++kh)
+    for (uint kw = 0; kw < kernel_size; ++kw) {
+      const uint at = (h0 + kh) * width + w0 + kw;
+      if (in[at] > best) { best = in[at]; best_at = at; }
+    }
+  y[y_off + i] = best;
+  argmax[argmax_off + i] = (int)best_at;
+}
+
+// dx[n, c, h, w] = sum of dy over the windows containing (h, w) whose argmax is (h, w).
+__kernel void maxpool2d_backward(__global const float* dy, ulong dy_off,
+                                 __global const int* argmax, ulong argmax_off, __global float* dx,
+                                 ulong dx_off, uint planes, uint height, uint width,
+                                 uint kernel_size, uint stride, uint out_h, uint out_w) {
+  const uint i = get_global_id(0);
+  if (i >= planes * height * width) return;
+  const uint w = i % width, h = (i / width) % height, plane = i / (width * height);
+  // windows oh with oh*stride <= h < oh*stride + kernel_size
+  const uint oh_lo = h + 1 >= kernel_size ? (h + 1 - kernel_size + stride - 1) / stride : 0;
+  const uint ow_lo = w + 1 >= kernel_size ? (w + 1 - kernel_size + stride - 1) / stride : 0;
+  const uint oh_hi = min(h / stride, out_h - 1), ow_hi = min(w / stride, out_w - 1);
+  const ulong out_base = (ulong)plane * out_h * out_w;
+  const int here = (int)(h * width + w);
+  float sum = 0.0f;
+  for (uint oh = oh_lo; oh <= oh_hi && oh < out_h; ++oh)
+    for (uint ow = ow_lo; ow <= ow_hi && ow < out_w; ++ow) {
+      const ulong o = out_base + oh * out_w + ow;
+      if (argmax[argmax_off + o] == here) sum += dy[dy_off + o];
+    }
+  dx[dx_off + i] = sum;
+}
