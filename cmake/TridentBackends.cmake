@@ -4,7 +4,7 @@
 function(trident_resolve option found what)
   string(TOUPPER "${${option}}" value)
   if(value STREQUAL "AUTO")
-    set(enable ${found})
+    set(enable ${${found}})
   elseif(value)
     if(NOT ${found})
       message(FATAL_ERROR "${option}=ON but ${what} was not found")

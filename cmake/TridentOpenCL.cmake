@@ -7,7 +7,7 @@ if(TRIDENT_ENABLE_OPENCL)
     COMMAND ${CMAKE_COMMAND} -DOUTPUT=${_embedded} "-DKERNELS=${_cl_kernels}"
             -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/EmbedKernels.cmake
     DEPENDS ${_cl_kernels} ${CMAKE_CURRENT_SOURCE_DIR}/cmake/EmbedKernels.cmake
-    COMMENT "Embedding OpenCL kernels")
+    COMMENT "Embedding OpenCL kernels" VERBATIM)
   target_sources(trident PRIVATE ${_opencl_sources} ${_embedded})
   target_compile_definitions(trident PRIVATE TRIDENT_HAVE_OPENCL=1
     CL_TARGET_OPENCL_VERSION=120 CL_USE_DEPRECATED_OPENCL_1_2_APIS

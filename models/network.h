@@ -47,6 +47,7 @@ class Network {
   const std::vector<NamedParameter>& named_parameters() const { return named_; }
   int64_t parameter_count() const { return parameter_count_; }
   const Tensor& parameters() const { return params_; }  // flat [parameter_count]
+  Tensor& parameters() { return params_; }  // writable: loading weights, tests
   const Tensor& gradients() const { return grads_; }    // same layout as parameters()
   std::string summary() const;
 

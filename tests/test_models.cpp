@@ -18,6 +18,8 @@
 #include "models/trainer.h"
 #include "tests/test_data.h"
 
+#include <set>
+
 using namespace trident;
 
 namespace {
