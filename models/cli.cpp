@@ -5,12 +5,15 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/env.h"
 #include "core/idx.h"
+#include "core/mpi/process_group.h"
 #include "core/registry.h"
 #include "models/progress.h"
 #include "models/seed_models.h"
@@ -175,8 +178,15 @@ int cmd_devices(std::ostream& out) {
   return 0;
 }
 
-int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
+// Under mpirun every process runs this with its own share of the devices; only the leader
+// (rank 0) prints and writes the checkpoint.
+int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostream& err_all) {
+  std::ostream discard(nullptr);  // writes to it do nothing
+  std::ostream& err = group.leader() ? err_all : discard;
   TrainOptions options = train_options(a);
+  options.process_count = group.size;
+  options.process_rank = group.rank;
+  options.collective = group.collective;
   const int64_t epochs = get_int(a, "--epochs", 1, 1);
   const std::string checkpoint = get(a, "--checkpoint", "");
   const bool resume = a.flags.count("--resume") > 0;
@@ -185,30 +195,48 @@ int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
   if (resume && !std::filesystem::exists(checkpoint))
     throw UsageError("--resume: checkpoint '" + checkpoint + "' does not exist");
   if (resume && !a.values.count("--model")) options.model = checkpoint_model_name(checkpoint);
-  const std::vector<Device*> devices = pick_devices(a);
+  const bool listed = a.values.count("--devices") || env_string("TRIDENT_DEVICES");
+  const std::vector<Device*> devices = process_devices(pick_devices(a), listed, group);
   const MnistSplits data = load_data(a);
   Trainer trainer(devices, options, data);
   if (resume) trainer.load_checkpoint(checkpoint);
   const std::string device_names = trainer.device_names();
   err << "training " << options.model << " (" << trainer.network().parameter_count()
-      << " parameters) on " << device_names << ", " << data.train.count << " samples from "
+      << " parameters) on " << device_names
+      << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", " << data.train.count << " samples from "
       << data.directory << ", batch " << options.batch << ", " << options.optimizer.kind
       << " lr " << options.optimizer.lr;
-  if (devices.size() > 1) err << ", all-reduce through " << trainer.collective_name();
+  if (devices.size() > 1 || group.size > 1)
+    err << ", all-reduce through " << trainer.collective_name();
   err << "\n";
   ProgressPrinter progress(::isatty(STDERR_FILENO) == 1);
   if (trainer.epochs_done() >= epochs)
     err << "checkpoint already has " << trainer.epochs_done() << " epochs; nothing to do\n";
   while (trainer.epochs_done() < epochs) {
     const int64_t epoch = trainer.epochs_done() + 1;
-    const EpochStats s = trainer.train_epoch(
-        [&](const Progress& p) { progress.update(epoch, epochs, p, options.batch); });
+    std::function<void(const Progress&)> report;  // a report reads the loss back: leader only
+    if (group.leader())
+      report = [&](const Progress& p) { progress.update(epoch, epochs, p, options.batch); };
+    const EpochStats s = trainer.train_epoch(report);
+    if (!group.leader()) continue;  // the replicas are identical: one evaluates and saves
     const EvalStats e = trainer.evaluate();
     progress.finish_epoch(epoch, epochs, s, e, device_names);
     if (json) out << epoch_json(s, e, device_names, options.model) << std::endl;
     if (!checkpoint.empty()) trainer.save_checkpoint(checkpoint);
   }
   return 0;
+}
+
+int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
+  const ProcessGroup group = join_process_group();  // one process unless started by mpirun
+  try {
+    return train(a, group, out, err);
+  } catch (const std::exception& e) {
+    // The other processes would wait forever for this one's next all-reduce: end them all.
+    if (group.size > 1)
+      abort_process_group(group, e.what(), dynamic_cast<const UsageError*>(&e) ? 2 : 1, err);
+    throw;
+  }
 }
 
 int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {

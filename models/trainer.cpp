@@ -40,7 +40,12 @@ std::vector<int32_t> epoch_permutation(int64_t count, uint64_t seed, int64_t epo
 Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const MnistSplits& data)
     : options_(std::move(options)) {
   if (devices.empty()) throw UsageError("no devices to train on");
-  const int64_t n = static_cast<int64_t>(devices.size());
+  if (options_.process_count < 1 || options_.process_rank < 0 ||
+      options_.process_rank >= options_.process_count)
+    throw UsageError("process " + std::to_string(options_.process_rank) + " of " +
+                     std::to_string(options_.process_count) + " does not exist");
+  const int64_t n = static_cast<int64_t>(devices.size()) * options_.process_count;
+  replica_count_ = n;
   if (options_.batch <= 0 || options_.batch % n != 0)
     throw UsageError("batch " + std::to_string(options_.batch) + " must be a positive multiple of the " +
                      std::to_string(n) + " devices");
@@ -61,7 +66,7 @@ Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const Mnist
     auto r = std::make_unique<Replica>();
     Device& d = *devices[rank];
     r->device = &d;
-    r->rank = rank;
+    r->rank = static_cast<size_t>(options_.process_rank) * devices.size() + rank;
     r->net = make_model(options_.model);
     r->net.build(d, sample, options_.seed);  // the same seed: every replica starts identical
     r->loss = make_loss("nll");
@@ -77,7 +82,7 @@ Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const Mnist
     r->labels = Tensor::empty(d, {per_replica_batch_}, DType::i32);
     replicas_.push_back(std::move(r));
   }
-  collective_ = make_collective(devices);
+  collective_ = options_.collective ? options_.collective(devices) : make_collective(devices);
 }
 
 Trainer::~Trainer() = default;
@@ -143,7 +148,7 @@ void Trainer::step_replica(Replica& r) {
 }
 
 void Trainer::average_replicas() {
-  const float scale = 1.0f / static_cast<float>(replicas_.size());
+  const float scale = 1.0f / static_cast<float>(replica_count_);
   auto average = [&](const std::function<Tensor(Replica&)>& pick) {
     std::vector<DeviceMemory> buffers;
     for (auto& r : replicas_) buffers.push_back(pick(*r).memory());
@@ -163,16 +168,23 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
   const int64_t steps = train_count_ / options_.batch;
   const size_t n = replicas_.size();
   const bool all_reduce = options_.average_every <= 0;
+  const float grad_scale = all_reduce ? 1.0f / static_cast<float>(replica_count_) : 1.0f;
+  // One local replica records its whole step, the all-reduce included when there are other
+  // processes and their collective can be captured (NCCL).
+  const bool whole_step_local =
+      n == 1 && (replica_count_ == 1 || (all_reduce && collective_->capturable()));
   upload_epoch_tables(epoch);
   for (auto& r : replicas_) r->device->synchronize();
   const double start = now_seconds();
   double last_report = start;
   for (int64_t s = 0; s < steps; ++s) {
-    if (n == 1) {
+    if (whole_step_local) {
       Replica& r = *replicas_[0];
       auto whole_step = [&] {
         step_replica(r);
-        r.optimizer->step(r.context(true, 0, options_.seed), 1.0f);
+        if (replica_count_ > 1)
+          collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
+        r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
         r.device->advance_step(r.step_state.memory());
       };
       // The first step runs eagerly (it allocates every buffer); the second is captured once.
@@ -192,7 +204,6 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
         for (auto& r : replicas_) grads.push_back(r->net.gradients().memory());
         collective_->all_reduce_sum(grads, replicas_[0]->net.parameter_count());
       }
-      const float grad_scale = all_reduce ? 1.0f / static_cast<float>(n) : 1.0f;
       run_on_replicas([&](Replica& r) {
         r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
         r.device->advance_step(r.step_state.memory());
@@ -210,10 +221,19 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
   }
   if (!all_reduce && global_step_ % options_.average_every != 0) average_replicas();
   double loss_sum = 0.0;  // the mean over replicas of their batch-loss sums; reading waits
-  for (auto& r : replicas_) {
-    float replica_sum = 0.0f;
-    r->device->copy_to_host(&replica_sum, r->loss_sum.memory(), sizeof(float));
-    loss_sum += replica_sum / static_cast<double>(n);
+  if (options_.process_count > 1) {  // every process reports the mean over all processes
+    std::vector<DeviceMemory> sums;
+    for (auto& r : replicas_) sums.push_back(r->loss_sum.memory());
+    collective_->all_reduce_sum(sums, 1);
+    float total = 0.0f;
+    replicas_[0]->device->copy_to_host(&total, replicas_[0]->loss_sum.memory(), sizeof(float));
+    loss_sum = total / static_cast<double>(replica_count_);
+  } else {
+    for (auto& r : replicas_) {
+      float replica_sum = 0.0f;
+      r->device->copy_to_host(&replica_sum, r->loss_sum.memory(), sizeof(float));
+      loss_sum += replica_sum / static_cast<double>(n);
+    }
   }
   EpochStats stats;
   stats.epoch = epoch;

@@ -24,6 +24,11 @@ struct TrainOptions {
   bool capture = true;            // replay the step as a captured graph where the device can
   int64_t average_every = 0;      // 0: gradient all-reduce every step; K > 0: average weights every K steps
   int64_t eval_batch = 1000;
+  // Several processes training together (an MPI job; the CLI sets these under mpirun): this
+  // process's devices are replicas [process_rank * devices, ...) of process_count * devices,
+  // and `collective` (when set) sums over all of them instead of make_collective(devices).
+  int64_t process_count = 1, process_rank = 0;
+  std::function<std::unique_ptr<Collective>(const std::vector<Device*>&)> collective;
 };
 
 struct EpochStats {
@@ -79,6 +84,7 @@ class Trainer {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Collective> collective_;
   int64_t per_replica_batch_ = 0;
+  int64_t replica_count_ = 1;  // replicas in all processes
   int64_t train_count_ = 0, test_count_ = 0;
   int64_t epochs_done_ = 0, global_step_ = 0;
 };
