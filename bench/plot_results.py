@@ -73,9 +73,9 @@ def plot_scaling(result, out_path):
                 left.plot(counts, [base * c / 1e3 for c in counts], color="gray", linestyle=":",
                           label="ideal (Trident)")
     r0 = records[0]
-    left.set(xlabel="GPUs", ylabel="thousand samples/s", xticks=counts,
-             title=f"{r0['model']}, batch {r0['batch']} per GPU")
-    right.set(xlabel="GPUs", ylabel="weak-scaling efficiency %", xticks=counts, ylim=(0, 105),
+    left.set(xlabel="devices", ylabel="thousand samples/s", xticks=counts,
+             title=f"{r0['model']}, batch {r0["batch"]} per device")
+    right.set(xlabel="devices", ylabel="weak-scaling efficiency %", xticks=counts, ylim=(0, 105),
               title="S(N) / (N S(1))")
     for ax in (left, right):
         ax.grid(alpha=0.3)
