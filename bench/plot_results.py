@@ -74,7 +74,7 @@ def plot_scaling(result, out_path):
                           label="ideal (Trident)")
     r0 = records[0]
     left.set(xlabel="devices", ylabel="thousand samples/s", xticks=counts,
-             title=f"{r0['model']}, batch {r0["batch"]} per device")
+             title=f"{r0['model']}, batch {r0['batch']} per device")
     right.set(xlabel="devices", ylabel="weak-scaling efficiency %", xticks=counts, ylim=(0, 105),
               title="S(N) / (N S(1))")
     for ax in (left, right):
