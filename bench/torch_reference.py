@@ -160,7 +160,7 @@ def device_name(device):
 
 def default_steps(device, model):
     if device.type == "cuda":
-        return 200
+        return 200 if model == "mlp-big" else 500
     return {"mlp": 100, "cnn": 40, "mlp-big": 6}[model]
 
 
