@@ -183,7 +183,10 @@ ProgramCacheStats program_cache_stats() {
 
 std::string program_cache_directory() {
   fs::path dir;
-  if (auto explicit_dir = env_string("TRIDENT_OPENCL_CACHE")) dir = *explicit_dir;
+  if (auto explicit_dir = env_string("TRIDENT_OPENCL_CACHE")) {
+    if (*explicit_dir == "off") return "";  // caching turned off on purpose: no warning
+    dir = *explicit_dir;
+  }
   else if (auto xdg = env_string("XDG_CACHE_HOME")) dir = fs::path(*xdg) / "trident" / "opencl";
   else if (auto home = env_string("HOME")) dir = fs::path(*home) / ".cache" / "trident" / "opencl";
   else return "";

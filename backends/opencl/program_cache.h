@@ -1,6 +1,7 @@
 // Builds OpenCL programs through an on-disk cache of compiled binaries, keyed per device and driver.
 //
-// Directory: TRIDENT_OPENCL_CACHE, else $XDG_CACHE_HOME/trident/opencl, else ~/.cache/trident/opencl.
+// Directory: TRIDENT_OPENCL_CACHE ("off": no cache), else $XDG_CACHE_HOME/trident/opencl, else
+// ~/.cache/trident/opencl.
 // Key: a 128-bit hash of (platform name + version, device name, driver version, build options,
 // source). An entry is a small header (magic, key, payload size and checksum) plus the driver's
 // binary; one that fails its checksum, or that the driver will not load or build, is deleted and

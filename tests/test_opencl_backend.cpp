@@ -1,0 +1,391 @@
+// OpenCL-specific checks (the ops themselves are in the conformance suite): the on-disk program
+// cache across process starts, the check macro's messages, discovery and device selection.
+//
+// Process starts are real: the test re-runs this binary with a hidden test case as the child, so
+// every cache check sees what a second `trident train` would. Only the last section needs the
+// backend's internals (TRIDENT_HAVE_OPENCL); the rest works through the Device interface.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/registry.h"
+
+#ifdef TRIDENT_HAVE_OPENCL
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120  // the library's own setting (cmake/TridentOpenCL.cmake)
+#endif
+#include "backends/opencl/cl_errors.h"
+#include "backends/opencl/program_cache.h"
+#endif
+
+using namespace trident;
+namespace fs = std::filesystem;
+
+namespace {
+
+const DeviceRegistry::BackendEntry* opencl_entry() {
+  for (const auto& entry : DeviceRegistry::global().backends())
+    if (entry.name == "opencl") return &entry;
+  return nullptr;
+}
+
+Device* first_opencl_device() {
+  const auto* entry = opencl_entry();
+  return entry && !entry->devices.empty() ? entry->devices.front().get() : nullptr;
+}
+
+// A fresh empty directory under the system temp dir, removed when the object goes.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "trident-ocl-test-XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+// Sets (or with nullptr unsets) an environment variable for one scope, then restores it.
+struct ScopedEnv {
+  std::string name, saved;
+  bool was_set;
+  ScopedEnv(const char* variable, const char* value) : name(variable) {
+    const char* old = std::getenv(variable);
+    was_set = old != nullptr;
+    if (was_set) saved = old;
+    if (value) setenv(variable, value, 1);
+    else unsetenv(variable);
+  }
+  ~ScopedEnv() {
+    if (was_set) setenv(name.c_str(), saved.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
+
+std::string this_executable() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.string();
+}
+
+struct ChildRun {
+  int status = -1;
+  std::string output;
+};
+
+// Runs this test binary's hidden test `tag` with `env` ("A=1 B=2", "-u NAME" to unset) prepended.
+ChildRun run_child(const std::string& env, const std::string& tag, const fs::path& log) {
+  const std::string command = "env " + env + " '" + this_executable() + "' '" + tag +
+                              "' > '" + log.string() + "' 2>&1";
+  ChildRun run;
+  run.status = std::system(command.c_str());
+  std::ifstream in(log);
+  run.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return run;
+}
+
+std::vector<fs::path> cache_entries(const fs::path& dir) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(dir, ec))
+    if (item.path().extension() == ".clbin") found.push_back(item.path());
+  return found;
+}
+
+// An entry left alone keeps its inode; a rewrite renames a new file over it (a new inode while
+// the old file still exists; after a delete the inode number may be reused, so no test uses that).
+ino_t inode_of(const fs::path& file) {
+  struct stat info {};
+  REQUIRE(::stat(file.c_str(), &info) == 0);
+  return info.st_ino;
+}
+
+// The child prints "opencl-cache-child: ok hits=H compiles=C rejected=R" (counts need internals).
+bool child_reports(const ChildRun& run, const std::string& counts) {
+  return run.status == 0 &&
+         run.output.find("opencl-cache-child: ok" + counts) != std::string::npos;
+}
+
+}  // namespace
+
+// The child side of the cache tests: run one kernel on opencl:0 and report what the cache did.
+TEST_CASE("opencl cache child: run one kernel", "[.opencl-cache-child]") {
+  Device* device = first_opencl_device();
+  REQUIRE(device != nullptr);
+  const float input[4] = {-1.0f, 2.0f, -3.0f, 4.0f};
+  void* buffer = device->raw_allocate(2 * sizeof input);
+  const DeviceMemory x{buffer, 0}, y{buffer, sizeof input};
+  device->copy_from_host(x, input, sizeof input);
+  device->relu_forward(x, y, 4);
+  float output[4] = {};
+  device->copy_to_host(output, y, sizeof output);
+  device->raw_free(buffer);
+  REQUIRE(output[0] == 0.0f);
+  REQUIRE(output[3] == 4.0f);
+  std::string counts;
+#ifdef TRIDENT_HAVE_OPENCL
+  const auto stats = opencl::program_cache_stats();
+  counts = " hits=" + std::to_string(stats.hits) + " compiles=" + std::to_string(stats.compiles) +
+           " rejected=" + std::to_string(stats.rejected);
+#endif
+  std::printf("opencl-cache-child: ok%s\n", counts.c_str());
+}
+
+TEST_CASE("opencl: the program cache survives restarts and rebuilds damaged entries",
+          "[opencl][program-cache]") {
+  if (!first_opencl_device()) {
+    WARN("no OpenCL device: " << (opencl_entry() ? opencl_entry()->why_none : "not compiled in"));
+    return;
+  }
+  REQUIRE(!this_executable().empty());
+  TempDir dir;
+  const fs::path cache = dir.path / "cache", log = dir.path / "child.log";
+  const std::string env = "TRIDENT_OPENCL_CACHE='" + cache.string() + "'";
+  const char* child = "[opencl-cache-child]";
+#ifdef TRIDENT_HAVE_OPENCL
+  const bool counted = true;
+#else
+  const bool counted = false;
+#endif
+  auto expect = [&](const ChildRun& run, const char* counts) {
+    INFO(run.output);
+    CHECK(child_reports(run, counted ? counts : ""));
+  };
+
+  // First start: compiled from source and written to the directory the variable names.
+  expect(run_child(env, child, log), " hits=0 compiles=1 rejected=0");
+  auto entries = cache_entries(cache);
+  REQUIRE(entries.size() == 1);
+  const fs::path entry = entries.front();
+  const auto entry_size = fs::file_size(entry);
+  const ino_t written = inode_of(entry);
+
+  SECTION("a second start loads the binary and leaves the entry alone") {
+    expect(run_child(env, child, log), " hits=1 compiles=0 rejected=0");
+    CHECK(inode_of(entry) == written);
+    CHECK(cache_entries(cache).size() == 1);
+  }
+  SECTION("flipped bytes are detected, the entry is rebuilt, and the rebuilt one is trusted") {
+    {
+      std::fstream file(entry, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(static_cast<std::streamoff>(entry_size / 2));
+      const char garbage[16] = "not a binary!!!";
+      file.write(garbage, sizeof garbage);
+    }
+    expect(run_child(env, child, log), " hits=0 compiles=1 rejected=1");
+    REQUIRE(cache_entries(cache).size() == 1);
+    std::ifstream in(entry, std::ios::binary);
+    const std::string rewritten((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+    CHECK(rewritten.find("not a binary!!!") == std::string::npos);
+    const ino_t rebuilt = inode_of(entry);
+    expect(run_child(env, child, log), " hits=1 compiles=0 rejected=0");
+    CHECK(inode_of(entry) == rebuilt);
+  }
+  SECTION("a truncated entry is detected and rebuilt") {
+    fs::resize_file(entry, 20);
+    expect(run_child(env, child, log), " hits=0 compiles=1 rejected=1");
+    CHECK(fs::file_size(entry) > 20);
+    expect(run_child(env, child, log), " hits=1 compiles=0 rejected=0");
+  }
+  SECTION("a leftover temporary file from a crashed writer is ignored") {
+    std::ofstream(entry.string() + ".tmp.1.0") << "half written";
+    expect(run_child(env, child, log), " hits=1 compiles=0 rejected=0");
+  }
+}
+
+TEST_CASE("opencl: the program cache falls back to $XDG_CACHE_HOME and can be turned off",
+          "[opencl][program-cache]") {
+  if (!first_opencl_device()) return;
+  TempDir dir;
+  const fs::path log = dir.path / "child.log";
+  const char* child = "[opencl-cache-child]";
+  const std::string xdg = "XDG_CACHE_HOME='" + dir.path.string() + "'";
+  const ChildRun fallback = run_child("-u TRIDENT_OPENCL_CACHE " + xdg, child, log);
+  INFO(fallback.output);
+  CHECK(child_reports(fallback, ""));
+  CHECK(cache_entries(dir.path / "trident" / "opencl").size() == 1);
+
+  const ChildRun off = run_child("TRIDENT_OPENCL_CACHE=off HOME='" + dir.path.string() + "' " +
+                                     "XDG_CACHE_HOME='" + (dir.path / "other").string() + "'",
+                                 child, log);
+  INFO(off.output);
+  CHECK(child_reports(off, ""));
+  CHECK(!fs::exists(dir.path / "other" / "trident"));  // (PoCL keeps its own cache there)
+}
+
+TEST_CASE("opencl: every device is listed with its properties", "[opencl][registry]") {
+  const auto* entry = opencl_entry();
+  if (!entry) return;  // not compiled in
+  const std::string listing = DeviceRegistry::global().describe();
+  if (entry->devices.empty()) {  // e.g. CI without an ICD: the reason must be given
+    CHECK(!entry->why_none.empty());
+    CHECK(listing.find("opencl: 0 devices (" + entry->why_none + ")") != std::string::npos);
+    return;
+  }
+  for (size_t i = 0; i < entry->devices.size(); ++i) {
+    const DeviceInfo& info = entry->devices[i]->info();
+    INFO(info.id() << " " << info.name);
+    CHECK(info.backend == "opencl");
+    CHECK(info.index == static_cast<int>(i));
+    CHECK(!info.name.empty());
+    CHECK(!info.vendor.empty());
+    CHECK((info.type == "gpu" || info.type == "cpu" || info.type == "accelerator" ||
+           info.type == "other"));
+    CHECK(!info.driver.empty());
+    CHECK(info.detail.find("OpenCL") != std::string::npos);
+    CHECK(info.memory_bytes > 0);
+    CHECK(info.compute_units > 0);
+    CHECK(&DeviceRegistry::global().device(info.id()) == entry->devices[i].get());
+    CHECK(listing.find("  " + info.id() + "  " + info.name) != std::string::npos);
+  }
+}
+
+TEST_CASE("opencl: a machine without an OpenCL driver reports 0 devices and why",
+          "[opencl][registry]") {
+  if (!opencl_entry()) return;
+  TempDir no_vendors;  // the ICD loader (ocl-icd, Khronos) then finds no platform
+  const ChildRun run = run_child("OCL_ICD_VENDORS='" + no_vendors.path.string() +
+                                     "' OCL_ICD_FILENAMES=",
+                                 "[opencl-describe-child]", no_vendors.path / "child.log");
+  INFO(run.output);
+  CHECK(run.status == 0);
+  CHECK(run.output.find("opencl: 0 devices (") != std::string::npos);
+  CHECK(run.output.find("cpu: 1 device") != std::string::npos);
+}
+
+TEST_CASE("opencl describe child: print the registry", "[.opencl-describe-child]") {
+  std::printf("%s", DeviceRegistry::global().describe().c_str());
+}
+
+TEST_CASE("opencl: TRIDENT_BACKEND=opencl picks the first GPU, else the first device",
+          "[opencl][registry]") {
+  const auto* entry = opencl_entry();
+  if (!entry || entry->devices.empty()) return;
+  Device* expected = entry->devices.front().get();
+  for (const auto& d : entry->devices)
+    if (d->info().type == "gpu") {
+      expected = d.get();
+      break;
+    }
+  {
+    ScopedEnv backend("TRIDENT_BACKEND", "opencl");
+    CHECK(&DeviceRegistry::global().default_device() == expected);
+  }
+  CHECK_THROWS_AS(DeviceRegistry::global().device("opencl:" +
+                                                  std::to_string(entry->devices.size())),
+                  DeviceNotFound);
+}
+
+TEST_CASE("opencl: a failed call names the call, file, line, device and error",
+          "[opencl][errors]") {
+  Device* device = first_opencl_device();
+  if (!device) return;
+  void* small = device->raw_allocate(256);
+  std::vector<unsigned char> host(1 << 20);
+  std::string message;
+  try {
+    device->copy_to_host(host.data(), DeviceMemory{small, 0}, host.size());  // reads past the end
+  } catch (const BackendError& e) {
+    message = e.what();
+  }
+  device->raw_free(small);
+  INFO(message);
+  CHECK(message.find("clEnqueueReadBuffer(") != std::string::npos);
+  CHECK(message.find("CL_INVALID_VALUE (-30)") != std::string::npos);
+  CHECK(message.find("opencl_device.cpp:") != std::string::npos);
+  CHECK(message.find(device->info().id() + " (" + device->info().name + ")") != std::string::npos);
+
+  // Asking for more than the whole device is an OutOfMemory that says what the device has.
+  try {
+    device->raw_free(device->raw_allocate(device->info().memory_bytes * 4));
+    WARN("the driver accepted an allocation 4x its memory (lazy allocation)");
+  } catch (const OutOfMemory& e) {
+    CHECK(std::string(e.what()).find("cannot allocate") != std::string::npos);
+  }
+}
+
+#ifdef TRIDENT_HAVE_OPENCL
+TEST_CASE("opencl: error names for OpenCL and CLBlast codes", "[opencl][errors]") {
+  using opencl::cl_error_name;
+  using opencl::clblast_status_name;
+  CHECK(std::string(cl_error_name(-5)) == "CL_OUT_OF_RESOURCES");
+  CHECK(std::string(cl_error_name(-11)) == "CL_BUILD_PROGRAM_FAILURE");
+  CHECK(std::string(cl_error_name(-54)) == "CL_INVALID_WORK_GROUP_SIZE");
+  CHECK(std::string(cl_error_name(-1001)) == "CL_PLATFORM_NOT_FOUND_KHR");
+  CHECK(std::string(cl_error_name(-12345)) == "unknown OpenCL error");
+  CHECK(std::string(clblast_status_name(-5)) == "CL_OUT_OF_RESOURCES");
+  CHECK(std::string(clblast_status_name(-1016)) == "kInvalidLeadDimA");
+  CHECK(std::string(clblast_status_name(-2049)) == "kInvalidBatchCount");
+
+  std::string message;
+  const int line = __LINE__ + 2;
+  try {
+    TRIDENT_CL_CHECK(clReleaseKernel(nullptr), std::string("opencl:7 (test device)"));
+  } catch (const BackendError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find("clReleaseKernel(nullptr) failed with CL_INVALID_KERNEL (-48) at ") == 0);
+  CHECK(message.find("test_opencl_backend.cpp:" + std::to_string(line) +
+                     " on opencl:7 (test device)") != std::string::npos);
+  auto allocation_failure = [] { TRIDENT_CL_CHECK(CL_MEM_OBJECT_ALLOCATION_FAILURE, "d"); };
+  CHECK_THROWS_AS(allocation_failure(), OutOfMemory);
+  auto clblast_failure = [] { TRIDENT_CLBLAST_CHECK(-1017, "d"); };
+  CHECK_THROWS_WITH(clblast_failure(),
+                    Catch::Contains("kInvalidDimension (-1017)") && Catch::Contains("CLBlast"));
+}
+
+TEST_CASE("opencl: a kernel that fails to build shows the build log", "[opencl][errors]") {
+  Device* device = first_opencl_device();
+  if (!device) return;
+  cl_device_id id = nullptr;
+  {  // the registry's device ids, in order: the first device of the first platform with any
+    cl_platform_id platforms[16];
+    cl_uint count = 0;
+    REQUIRE(clGetPlatformIDs(16, platforms, &count) == CL_SUCCESS);
+    for (cl_uint p = 0; p < count && !id; ++p)
+      if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 1, &id, nullptr) != CL_SUCCESS)
+        id = nullptr;
+  }
+  REQUIRE(id != nullptr);
+  cl_platform_id platform = nullptr;
+  REQUIRE(clGetDeviceInfo(id, CL_DEVICE_PLATFORM, sizeof platform, &platform, nullptr) ==
+          CL_SUCCESS);
+  cl_int status = CL_SUCCESS;
+  cl_context context = clCreateContext(nullptr, 1, &id, nullptr, nullptr, &status);
+  REQUIRE(status == CL_SUCCESS);
+  TempDir dir;  // nothing cached from earlier runs, nothing left behind
+  ScopedEnv cache_dir("TRIDENT_OPENCL_CACHE", dir.path.c_str());
+  const std::string broken =
+      "__kernel void broken(__global float* x) { x[0] = undeclared_name_42; }\n";
+  std::string message;
+  try {
+    clReleaseProgram(opencl::build_program_cached(context, platform, id, "-cl-std=CL1.2", broken,
+                                                  {"broken"}, "opencl:test"));
+  } catch (const BackendError& e) {
+    message = e.what();
+  }
+  clReleaseContext(context);
+  INFO(message);
+  CHECK(message.find("failed to build on opencl:test") != std::string::npos);
+  CHECK(message.find("CL_BUILD_PROGRAM_FAILURE") != std::string::npos);
+  CHECK(message.find("Build log:") != std::string::npos);
+  CHECK(message.find("undeclared_name_42") != std::string::npos);  // the compiler's own words
+  CHECK(cache_entries(dir.path).empty());
+}
+#endif
