@@ -82,39 +82,35 @@ def machine_slug(records):
 
 def common_args(args):
     out = []
-    if args.models:
-        out += ["--models", args.models]
     for flag in ("batch", "big_batch", "steps", "epochs"):
         if getattr(args, flag):
             out += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
-    if args.gemm_sizes:
-        out += ["--gemm-sizes", args.gemm_sizes]
-    if args.no_gemm:
-        out += ["--no-gemm"]
     if args.data:
         out += ["--data", args.data]
     return out
 
 
-def fmt(v, spec=".2f"):
-    return "-" if v is None else format(v, spec)
-
-
 def single_device(args, bench, python):
+    """Each model, then GEMM, is one unit; per unit Trident and PyTorch run back to back, so that a
+    shared machine's load drifts as little as possible between the two sides of one ratio."""
     devices = [d for d in (args.device or "").split(",") if d] or [None]
     torch_device = args.torch_device
+    units = [["--models", m, "--no-gemm"] for m in (args.models or "mlp,cnn,mlp-big").split(",") if m]
+    if not args.no_gemm:
+        units.append(["--no-train"] + (["--gemm-sizes", args.gemm_sizes] if args.gemm_sizes else []))
     best = {}
     for rnd in range(args.rounds):
-        trident = []
-        for d in devices:
-            trident += run_json([bench] + (["--device", d] if d else []) + common_args(args))
-        keep_best(best, trident)
-        if torch_device is None:  # PyTorch runs where Trident ran: CPU against CPU, GPUs against CUDA
-            torch_device = "cpu" if all(r["device"].startswith("cpu") for r in trident) else "cuda"
-        base = [python, os.path.join(HERE, "torch_reference.py"), "--device", torch_device] + common_args(args)
-        keep_best(best, run_json(base))
-        if args.compile:
-            keep_best(best, run_json(base + ["--compile", "--no-gemm"]))
+        for unit in units:
+            trident = []
+            for d in devices:
+                trident += run_json([bench] + (["--device", d] if d else []) + common_args(args) + unit)
+            keep_best(best, trident)
+            if torch_device is None:  # PyTorch runs where Trident ran: CPU against CPU, GPUs against CUDA
+                torch_device = "cpu" if all(r["device"].startswith("cpu") for r in trident) else "cuda"
+            base = [python, os.path.join(HERE, "torch_reference.py"), "--device", torch_device]
+            keep_best(best, run_json(base + common_args(args) + unit))
+            if args.compile and "--no-train" not in unit:
+                keep_best(best, run_json(base + common_args(args) + unit + ["--compile"]))
     records = list(best.values())
     trident_devices = sorted({r["device"] for r in records if r["impl"] == "trident"})
     torch_impls = sorted({key(r)[0] for r in records if r["impl"] != "trident"})
