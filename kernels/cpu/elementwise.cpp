@@ -1,0 +1,81 @@
+// CPU elementwise ops: plain loops the compiler vectorises, split over the arena when large.
+#include "kernels/cpu/elementwise.h"
+
+#include <cstring>
+
+#include "core/philox.h"
+#include "kernels/cpu/parallel.h"
+
+namespace trident::cpu {
+
+void relu_forward(const float* x, float* y, int64_t n) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] < 0.f ? 0.f : x[i];  // NaN fails the test: kept
+  });
+}
+
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+  });
+}
+
+void axpby(const float* x, float* y, int64_t n, float a, float b) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t lo, int64_t hi) {
+    if (b == 0.f) {
+      for (int64_t i = lo; i < hi; ++i) y[i] = a * x[i];
+    } else if (b == 1.f) {
+      for (int64_t i = lo; i < hi; ++i) y[i] += a * x[i];
+    } else {
+      for (int64_t i = lo; i < hi; ++i) y[i] = a * x[i] + b * y[i];
+    }
+  });
+}
+
+void fill(float* dst, int64_t n, float value) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    if (value == 0.f) {
+      std::memset(dst + b, 0, size_t(e - b) * sizeof(float));  // also the int32 zero
+    } else {
+      for (int64_t i = b; i < e; ++i) dst[i] = value;
+    }
+  });
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  constexpr int64_t kGrain = int64_t(1) << 20;
+  parallel_ranges(int64_t(bytes), kGrain, [=](int64_t b, int64_t e) {
+    std::memmove(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, size_t(e - b));
+  });
+}
+
+void dropout(const float* x, float* y, int64_t n, int64_t group, int64_t group_offset, float p,
+             uint64_t seed, uint32_t stream, uint32_t step) {
+  if (p <= 0.f) return copy_bytes(y, x, size_t(n) * sizeof(float));
+  const float scale = 1.0f / (1.0f - p);  // p == 1: never used, every draw is < 1
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    // Philox yields four draws per counter block; keep the last block for the next group.
+    uint64_t cached_block = ~uint64_t(0);
+    Philox4 words{};
+    for (int64_t i = b; i < e;) {
+      const int64_t local = i / group;
+      const uint64_t g = uint64_t(group_offset + local);
+      const int64_t run_end = std::min(e, (local + 1) * group);  // the rest of this group
+      if ((g >> 2) != cached_block) {
+        cached_block = g >> 2;
+        words = philox4x32_10(uint32_t(cached_block), uint32_t(cached_block >> 32), stream, step,
+                              uint32_t(seed), uint32_t(seed >> 32));
+      }
+      // The same expression as philox_uniform, so the mask matches it bit for bit.
+      const float u = static_cast<float>(words.v[g & 3] >> 8) * (1.0f / 16777216.0f);
+      if (u >= p) {
+        for (; i < run_end; ++i) y[i] = x[i] * scale;
+      } else {
+        for (; i < run_end; ++i) y[i] = 0.f;
+      }
+    }
+  });
+}
+
+}  // namespace trident::cpu

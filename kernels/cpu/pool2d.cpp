@@ -1,0 +1,67 @@
+// CPU max pooling: one task per run of (sample, channel) planes.
+#include "kernels/cpu/pool2d.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cpu/parallel.h"
+
+namespace trident::cpu {
+namespace {
+
+int64_t plane_grain(int64_t plane_elements) {
+  return std::max<int64_t>(1, kElementwiseGrain / 2 / std::max<int64_t>(plane_elements, 1));
+}
+
+}  // namespace
+
+void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const int64_t K = s.kernel, S = s.stride;
+  parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const float* xp = x + plane * H * W;
+      float* yp = y + plane * OH * OW;
+      int32_t* ap = argmax + plane * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t best = oh * S * W + ow * S;
+          float best_value = xp[best];
+          for (int64_t kh = 0; kh < K; ++kh) {
+            const int64_t row = (oh * S + kh) * W + ow * S;
+            for (int64_t kw = 0; kw < K; ++kw) {
+              const float v = xp[row + kw];
+              if (v > best_value || std::isnan(v)) best_value = v, best = row + kw;
+            }
+          }
+          yp[oh * OW + ow] = best_value;
+          ap[oh * OW + ow] = int32_t(best);
+        }
+      }
+    }
+  });
+}
+
+void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
+  const int64_t HW = s.height * s.width, OHW = s.out_height() * s.out_width();
+  parallel_ranges(s.batch * s.channels, plane_grain(HW), [=](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      float* dxp = dx + plane * HW;
+      const float* dyp = dy + plane * OHW;
+      const int32_t* ap = argmax + plane * OHW;
+      std::memset(dxp, 0, size_t(HW) * sizeof(float));
+      for (int64_t i = 0; i < OHW; ++i) {
+        if (ap[i] < 0 || ap[i] >= HW)
+          throw ShapeError("maxpool2d_backward: argmax " + std::to_string(ap[i]) +
+                           " is outside the " + std::to_string(s.height) + "x" +
+                           std::to_string(s.width) +
+                           " plane; pass the argmax buffer maxpool2d_forward wrote for this shape");
+        dxp[ap[i]] += dyp[i];
+      }
+    }
+  });
+}
+
+}  // namespace trident::cpu
