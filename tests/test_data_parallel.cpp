@@ -1,0 +1,359 @@
+// Data parallelism on CPU devices (TRIDENT_CPU_DEVICES=2 gives two oneTBB arenas): the collective
+// itself, device-list errors, checkpoints moving between device counts, and the trainer's
+// multi-process hooks (two "processes" simulated by two threads sharing a collective). The
+// N-device equivalence and model-averaging checks live in conformance_training.cpp.
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/collective.h"
+#include "core/error.h"
+#include "core/mpi/process_group.h"
+#include "core/registry.h"
+#include "models/cli.h"
+#include "models/trainer.h"
+#include "tests/test_data.h"
+
+using namespace trident;
+
+namespace trident {
+std::unique_ptr<Backend> make_cpu_backend();
+}
+
+namespace {
+
+// A registry of `count` CPU devices splitting the cores (its own, not the global one).
+std::unique_ptr<DeviceRegistry> cpu_registry(int count) {
+  setenv("TRIDENT_CPU_DEVICES", std::to_string(count).c_str(), 1);
+  auto registry = std::make_unique<DeviceRegistry>();
+  registry->add_backend(make_cpu_backend());
+  unsetenv("TRIDENT_CPU_DEVICES");
+  return registry;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("trident_dp_" + name)).string();
+}
+
+double relative_max_error(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return diff / scale;
+}
+
+TrainOptions small_options(const std::string& model) {
+  TrainOptions o;
+  o.model = model;
+  o.batch = 100;
+  return o;
+}
+
+// Sums across the threads that share it, as MPI_Allreduce sums across processes: each party
+// first sums its own devices' buffers, then waits until every party has added its part.
+struct ThreadRendezvous {
+  explicit ThreadRendezvous(int parties) : parties(parties) {}
+  std::vector<float> reduce(const std::vector<float>& part) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const int generation_at_entry = generation;
+    if (arrived == 0) sum.assign(part.size(), 0.0f);
+    for (size_t k = 0; k < part.size(); ++k) sum[k] += part[k];
+    if (++arrived == parties) {
+      result = sum;
+      arrived = 0;
+      ++generation;
+      done.notify_all();
+    } else {
+      done.wait(lock, [&] { return generation != generation_at_entry; });
+    }
+    ++calls;
+    return result;
+  }
+  const int parties;
+  std::mutex mutex;
+  std::condition_variable done;
+  int arrived = 0, generation = 0, calls = 0;
+  std::vector<float> sum, result;
+};
+
+class ThreadGroupCollective : public Collective {
+ public:
+  ThreadGroupCollective(std::vector<Device*> devices, ThreadRendezvous& rendezvous, bool capturable)
+      : devices_(std::move(devices)), rendezvous_(rendezvous), capturable_(capturable) {}
+  std::string name() const override { return "threads"; }
+  bool capturable() const override { return capturable_; }
+  void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
+    const size_t n = static_cast<size_t>(count);
+    std::vector<float> local(n, 0.0f), part(n);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      devices_[d]->copy_to_host(part.data(), buffers[d], n * sizeof(float));
+      for (size_t k = 0; k < n; ++k) local[k] += part[k];
+    }
+    const std::vector<float> total = rendezvous_.reduce(local);
+    for (size_t d = 0; d < devices_.size(); ++d)
+      devices_[d]->copy_from_host(buffers[d], total.data(), n * sizeof(float));
+  }
+
+ private:
+  std::vector<Device*> devices_;
+  ThreadRendezvous& rendezvous_;
+  bool capturable_;
+};
+
+// Trains `epochs` epochs as `processes` simulated processes (one thread each, `per_process`
+// devices each); returns process 0's weights and epoch losses.
+struct GroupRun {
+  std::vector<float> weights;
+  std::vector<double> losses;
+  std::vector<std::vector<float>> all_weights;  // every process's
+};
+GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, TrainOptions o,
+                            int epochs, const MnistSplits& data, bool capturable) {
+  ThreadRendezvous rendezvous(processes);
+  const size_t per_process = devices.size() / static_cast<size_t>(processes);
+  GroupRun run;
+  run.all_weights.resize(static_cast<size_t>(processes));
+  std::vector<std::vector<double>> losses(static_cast<size_t>(processes));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(processes));
+  std::vector<std::thread> threads;
+  for (int p = 0; p < processes; ++p)
+    threads.emplace_back([&, p] {
+      try {
+        TrainOptions mine = o;
+        mine.process_count = processes;
+        mine.process_rank = p;
+        mine.collective = [&](const std::vector<Device*>& local) {
+          return std::unique_ptr<Collective>(
+              new ThreadGroupCollective(local, rendezvous, capturable));
+        };
+        std::vector<Device*> local(devices.begin() + static_cast<long>(p * per_process),
+                                   devices.begin() + static_cast<long>((p + 1) * per_process));
+        Trainer trainer(local, mine, data);
+        for (int e = 0; e < epochs; ++e) losses[size_t(p)].push_back(trainer.train_epoch().train_loss);
+        run.all_weights[size_t(p)] = trainer.network().parameters().to_host();
+      } catch (...) {
+        errors[size_t(p)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  run.weights = run.all_weights[0];
+  run.losses = losses[0];
+  for (int p = 1; p < processes; ++p) CHECK(losses[size_t(p)] == losses[0]);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("data parallel: the host-staged collective sums across several devices",
+          "[data-parallel][collective]") {
+  auto registry = cpu_registry(3);
+  const std::vector<Device*> devices = registry->all_devices();
+  REQUIRE(devices.size() == 3);
+  auto collective = make_collective(devices);
+  CHECK(collective->name() == "host");
+  CHECK_FALSE(collective->capturable());
+
+  const int64_t n = 1000;
+  std::vector<Tensor> buffers;
+  std::vector<float> want(static_cast<size_t>(n), 0.0f);
+  for (size_t d = 0; d < devices.size(); ++d) {
+    std::vector<float> values(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k)
+      values[size_t(k)] = float(d + 1) * 0.5f + float(k % 17) - float(d * k % 5);
+    for (int64_t k = 0; k < n; ++k) want[size_t(k)] += values[size_t(k)];
+    buffers.push_back(Tensor::from_host(*devices[d], {n}, values));
+  }
+  SECTION("whole buffers") {
+    std::vector<DeviceMemory> memory;
+    for (auto& b : buffers) memory.push_back(b.memory());
+    collective->all_reduce_sum(memory, n);
+    for (auto& b : buffers) CHECK(b.to_host() == want);
+  }
+  SECTION("a sub-range, as a gradient bucket would be: the rest is untouched") {
+    std::vector<std::vector<float>> before;
+    std::vector<DeviceMemory> memory;
+    for (auto& b : buffers) {
+      before.push_back(b.to_host());
+      memory.push_back(b.memory().at(100 * sizeof(float)));
+    }
+    collective->all_reduce_sum(memory, 300);
+    for (size_t d = 0; d < buffers.size(); ++d) {
+      const std::vector<float> got = buffers[d].to_host();
+      for (int64_t k = 0; k < n; ++k) {
+        const bool inside = k >= 100 && k < 400;
+        if (got[size_t(k)] != (inside ? want[size_t(k)] : before[d][size_t(k)])) {
+          FAIL("device " << d << " element " << k << ": " << got[size_t(k)]);
+        }
+      }
+    }
+  }
+  SECTION("a buffer count that does not match the devices is an error") {
+    CHECK_THROWS_AS(collective->all_reduce_sum({buffers[0].memory()}, n), Error);
+  }
+  SECTION("one device needs no collective; no device is an error") {
+    auto single = make_collective({devices[0]});
+    CHECK(single->capturable());
+    const std::vector<float> before = buffers[0].to_host();
+    single->all_reduce_sum({buffers[0].memory()}, n);
+    CHECK(buffers[0].to_host() == before);
+    CHECK_THROWS_AS(make_collective({}), Error);
+  }
+}
+
+TEST_CASE("data parallel: a backend's registered collective is preferred, host staging otherwise",
+          "[data-parallel][collective]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> devices = registry->all_devices();
+  static int made = 0;
+  register_collective_factory("cpu", [](const std::vector<Device*>& d) {
+    ++made;
+    return make_host_staged_collective(d);
+  });
+  CHECK(make_collective(devices)->name() == "host");
+  CHECK(made == 1);
+  // A factory that declines (returns nothing) leaves the host-staged fallback.
+  register_collective_factory("cpu", [](const std::vector<Device*>&) {
+    return std::unique_ptr<Collective>();
+  });
+  CHECK(make_collective(devices)->name() == "host");
+}
+
+TEST_CASE("data parallel: unknown and duplicate devices are errors that list what exists",
+          "[data-parallel][devices]") {
+  auto registry = cpu_registry(2);
+  CHECK(registry->device_list("cpu:0,cpu:1").size() == 2);
+  CHECK(registry->device_list("cpu:all").size() == 2);
+  CHECK_THROWS_WITH(registry->device_list("cpu:0,cpu:2"),
+                    Catch::Contains("cpu:2") && Catch::Contains("cpu:1"));
+  CHECK_THROWS_WITH(registry->device_list("cpu:1,cpu:1"), Catch::Contains("named twice"));
+  CHECK_THROWS_WITH(registry->device_list("cpu:0,cpu:all"), Catch::Contains("named twice"));
+  CHECK_THROWS_WITH(registry->device_list("gpu:0"), Catch::Contains("unknown backend 'gpu'"));
+  CHECK_THROWS_AS(registry->device_list("cpu:0,"), DeviceNotFound);
+  CHECK_THROWS_AS(registry->device_list("cpu:x"), DeviceNotFound);
+
+  // The CLI reports the same errors with status 1, naming what exists.
+  std::ostringstream out, err;
+  CHECK(run_cli({"train", "--devices", "cpu:0,cpu:0", "--train-limit", "200"}, out, err) == 1);
+  CHECK_THAT(err.str(), Catch::Contains("named twice"));
+  std::ostringstream out2, err2;
+  CHECK(run_cli({"train", "--devices", "cpu:0,opencl:9"}, out2, err2) == 1);
+  CHECK_THAT(err2.str(), Catch::Contains("cpu:0"));
+}
+
+TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the reverse",
+          "[data-parallel][checkpoint]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  REQUIRE(pair.size() == 2);
+  const MnistSplits data = trident::testing::small_splits(600, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      const TrainOptions o = small_options(model);
+      const std::string from_two = temp_path(model + "_two.safetensors");
+      const std::string from_one = temp_path(model + "_one.safetensors");
+      // The uninterrupted reference: 2 epochs on one device.
+      Trainer reference({pair[0]}, o, data);
+      reference.train_epoch();
+      reference.save_checkpoint(from_one);
+      reference.train_epoch();
+      const std::vector<float> want = reference.network().parameters().to_host();
+
+      // 1 epoch on 2 devices, saved; resumed on 1 device for the second epoch.
+      {
+        Trainer two(pair, o, data);
+        two.train_epoch();
+        two.save_checkpoint(from_two);
+      }
+      Trainer resumed_on_one({pair[1]}, o, data);
+      resumed_on_one.load_checkpoint(from_two);
+      CHECK(resumed_on_one.epochs_done() == 1);
+      CHECK(resumed_on_one.global_step() == 6);
+      resumed_on_one.train_epoch();
+      CHECK(relative_max_error(resumed_on_one.network().parameters().to_host(), want) < 1e-4);
+
+      // 1 epoch on 1 device, resumed on 2 devices: both replicas get the weights and momentum.
+      Trainer resumed_on_two(pair, o, data);
+      resumed_on_two.load_checkpoint(from_one);
+      resumed_on_two.train_epoch();
+      CHECK(relative_max_error(resumed_on_two.network().parameters().to_host(), want) < 1e-4);
+      std::filesystem::remove(from_two);
+      std::filesystem::remove(from_one);
+    }
+  }
+}
+
+TEST_CASE("data parallel: two processes of one device each equal one device (trainer hooks)",
+          "[data-parallel][processes]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  REQUIRE(pair.size() == 2);
+  const MnistSplits data = trident::testing::small_splits(800, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    for (const bool capturable : {false, true}) {
+      DYNAMIC_SECTION(model << (capturable ? ", all-reduce inside the recorded step"
+                                           : ", all-reduce between steps")) {
+        const TrainOptions o = small_options(model);
+        Trainer one({pair[0]}, o, data);
+        std::vector<double> one_losses;
+        for (int e = 0; e < 2; ++e) one_losses.push_back(one.train_epoch().train_loss);
+        const GroupRun two = train_as_processes(pair, 2, o, 2, data, capturable);
+        CHECK(relative_max_error(two.weights, one.network().parameters().to_host()) < 1e-4);
+        CHECK(two.all_weights[1] == two.all_weights[0]);  // every process holds the same model
+        for (size_t e = 0; e < one_losses.size(); ++e)
+          CHECK(two.losses[e] == Approx(one_losses[e]).epsilon(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("data parallel: two processes of two devices each, and averaging across processes",
+          "[data-parallel][processes]") {
+  auto registry = cpu_registry(4);
+  const std::vector<Device*> four = registry->all_devices();
+  REQUIRE(four.size() == 4);
+  const MnistSplits data = trident::testing::small_splits(800, 100);
+  TrainOptions o = small_options("mlp");
+  o.optimizer.momentum = 0.0f;
+  Trainer one({four[0]}, o, data);
+  one.train_epoch();
+  const std::vector<float> want = one.network().parameters().to_host();
+  const GroupRun reduce = train_as_processes(four, 2, o, 1, data, false);
+  CHECK(relative_max_error(reduce.weights, want) < 1e-4);
+  // Averaging every step with plain SGD is the all-reduce, across processes too.
+  o.average_every = 1;
+  const GroupRun average = train_as_processes(four, 2, o, 1, data, false);
+  CHECK(relative_max_error(average.weights, want) < 1e-4);
+  CHECK(average.all_weights[1] == average.all_weights[0]);
+  // A batch the 4 replicas cannot split is refused before anything runs.
+  o.batch = 102;
+  CHECK_THROWS_WITH(train_as_processes(four, 2, o, 1, data, false), Catch::Contains("multiple"));
+}
+
+#ifdef TRIDENT_HAVE_MPI
+TEST_CASE("data parallel: devices are split among the processes of one machine",
+          "[data-parallel][mpi]") {
+  auto registry = cpu_registry(4);
+  const std::vector<Device*> four = registry->all_devices();
+  ProcessGroup group;
+  group.size = 4;
+  group.rank = 3;
+  group.local_size = 2;
+  group.local_rank = 1;
+  CHECK(process_devices(four, true, group) == std::vector<Device*>{four[2], four[3]});
+  CHECK(process_devices({four[0], four[1]}, true, group) == std::vector<Device*>{four[1]});
+  CHECK(process_devices({four[0]}, true, group) == std::vector<Device*>{four[0]});  // a shared CPU
+  CHECK_THROWS_AS(process_devices({four[0], four[1], four[2]}, true, group), UsageError);
+  ProcessGroup alone;
+  CHECK(process_devices(four, true, alone) == four);
+}
+#endif
