@@ -15,6 +15,8 @@
 namespace trident {
 namespace {
 
+using cuda::CudaDevice;
+
 std::string device_ids(const std::vector<CudaDevice*>& devices) {
   std::string ids;
   for (const CudaDevice* d : devices) ids += (ids.empty() ? "" : ",") + d->info().id();
