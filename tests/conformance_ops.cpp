@@ -1,0 +1,234 @@
+// Op conformance, linear algebra and elementwise ops: gemm, sum_rows, axpby, relu, dropout on
+// every device against trident::reference, at awkward sizes, strides and buffer offsets.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/reference/reference_ops.h"
+#include "tests/conformance.h"
+
+using namespace trident;
+using namespace trident::testing;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct GemmCase {
+  int64_t m, n, k;
+  float alpha = 1.0f, beta = 0.0f;
+  BiasKind bias = BiasKind::none;
+  bool relu = false;
+  int64_t pad = 0;        // extra stored columns of A, B and C (lda > cols)
+  size_t offset = 0;      // floats before each operand in its allocation
+};
+
+std::string describe(const GemmCase& c, bool ta, bool tb) {
+  std::ostringstream s;
+  s << "gemm ta=" << ta << " tb=" << tb << " m=" << c.m << " n=" << c.n << " k=" << c.k
+    << " alpha=" << c.alpha << " beta=" << c.beta << " bias=" << int(c.bias) << " relu=" << c.relu
+    << " pad=" << c.pad << " offset=" << c.offset;
+  return s.str();
+}
+
+// Runs one GEMM on the device and on the reference; C (padding included) must agree and the
+// guard floats around every operand must be untouched.
+void check_gemm(Device& d, const GemmCase& c, bool ta, bool tb, uint32_t seed) {
+  INFO(describe(c, ta, tb));
+  const int64_t a_rows = ta ? c.k : c.m, a_cols = ta ? c.m : c.k;
+  const int64_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
+  const std::vector<float> a = random_floats(size_t(a_rows * lda), seed);
+  const std::vector<float> b = random_floats(size_t(b_rows * ldb), seed + 1);
+  const std::vector<float> bias = random_floats(size_t(c.bias == BiasKind::per_row ? c.m : c.n),
+                                                seed + 2);
+  // beta == 0 means C is not read: NaN there must not leak into the result.
+  std::vector<float> c0 = c.beta == 0.0f ? std::vector<float>(size_t(c.m * ldc), kNaN)
+                                         : random_floats(size_t(c.m * ldc), seed + 3);
+  std::vector<float> want = c0;
+  reference::HostGemmArgs h;
+  h.trans_a = ta; h.trans_b = tb; h.m = c.m; h.n = c.n; h.k = c.k;
+  h.alpha = c.alpha; h.beta = c.beta;
+  h.a = a.data(); h.b = b.data(); h.c = want.data();
+  h.lda = lda; h.ldb = ldb; h.ldc = ldc;
+  h.bias = c.bias == BiasKind::none ? nullptr : bias.data();
+  h.bias_kind = c.bias; h.relu = c.relu;
+  reference::gemm(h);
+
+  OffsetBuffer da(d, a, c.offset), db(d, b, c.offset + 1), dc(d, c0, c.offset + 2),
+      dbias(d, bias, c.offset + 3);
+  GemmArgs g;
+  g.trans_a = ta; g.trans_b = tb; g.m = c.m; g.n = c.n; g.k = c.k;
+  g.alpha = c.alpha; g.beta = c.beta;
+  g.a = da.memory(); g.b = db.memory(); g.c = dc.memory();
+  g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+  if (c.bias != BiasKind::none) g.bias = dbias.memory();
+  g.bias_kind = c.bias; g.relu = c.relu;
+  d.gemm(g);
+
+  Tolerance tol = dot_tolerance(d, c.k);
+  tol.abs *= std::abs(c.alpha) + std::abs(c.beta) + 1.0;
+  TRIDENT_CHECK_CLOSE(dc.values(), want, tol);
+  CHECK(dc.guard_damage() == 0);
+  CHECK(da.guard_damage() + db.guard_damage() + dbias.guard_damage() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("conformance: gemm, every transpose case, alpha/beta, bias, relu, strides, offsets",
+          "[conformance][gemm]") {
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {1, 1, 1}, {7, 33, 257}, {257, 7, 33}, {33, 257, 7}, {33, 33, 33}, {1, 257, 7},
+      {257, 1, 33}, {7, 7, 1}, {129, 257, 65}};
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 100;
+    for (const auto& shape : shapes) {
+      const int64_t m = shape[0], n = shape[1], k = shape[2];
+      std::vector<GemmCase> cases = {
+          {m, n, k},                                                          // plain
+          {m, n, k, 0.5f, 0.0f, BiasKind::per_column, true, 0, 3},            // fused epilogue
+          {m, n, k, -1.5f, 0.75f, BiasKind::per_row, false, 3, 1},            // beta, lda > cols
+          {m, n, k, 2.0f, 1.0f, BiasKind::none, true, 5, 7},                  // accumulate + relu
+      };
+      for (const GemmCase& c : cases)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) check_gemm(*device, c, ta, tb, seed += 10);
+    }
+  }
+}
+
+TEST_CASE("conformance: sum_rows with and without beta", "[conformance][sum_rows]") {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {7, 33}, {257, 7}, {33, 257}, {1000, 10}, {1, 513}, {4097, 3}};
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 200;
+    for (const auto& [rows, cols] : shapes)
+      for (float beta : {0.0f, 1.0f, 0.5f}) {
+        INFO("sum_rows rows=" << rows << " cols=" << cols << " beta=" << beta);
+        const std::vector<float> dy = random_floats(size_t(rows * cols), ++seed);
+        std::vector<float> db0 = beta == 0.0f ? std::vector<float>(size_t(cols), kNaN)
+                                              : random_floats(size_t(cols), ++seed);
+        std::vector<float> want = db0;
+        reference::sum_rows(dy.data(), rows, cols, want.data(), beta);
+        OffsetBuffer ddy(*device, dy, 1), ddb(*device, db0, 2);
+        device->sum_rows(ddy.memory(), rows, cols, ddb.memory(), beta);
+        TRIDENT_CHECK_CLOSE(ddb.values(), want, (Tolerance{2e-6 * double(rows) + 1e-6, 1e-5}));
+        CHECK(ddb.guard_damage() == 0);
+      }
+  }
+}
+
+TEST_CASE("conformance: axpby", "[conformance][axpby]") {
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 300;
+    for (int64_t n : {1, 7, 33, 257, 1000})
+      for (auto [a, b] : {std::pair<float, float>{1.0f, 1.0f}, {0.25f, -0.5f}, {-2.0f, 0.0f}}) {
+        INFO("axpby n=" << n << " a=" << a << " b=" << b);
+        const std::vector<float> x = random_floats(size_t(n), ++seed);
+        const std::vector<float> y0 = random_floats(size_t(n), ++seed);
+        std::vector<float> want = y0;
+        reference::axpby(x.data(), want.data(), n, a, b);
+        OffsetBuffer dx(*device, x, 3), dy(*device, y0, 1);
+        device->axpby(dx.memory(), dy.memory(), n, a, b);
+        TRIDENT_CHECK_CLOSE(dy.values(), want, kElementwise);
+        CHECK(dy.guard_damage() == 0);
+      }
+  }
+}
+
+TEST_CASE("conformance: relu forward and backward, out of place and aliased",
+          "[conformance][relu]") {
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 400;
+    for (int64_t n : {1, 7, 33, 257, 4099}) {
+      INFO("relu n=" << n);
+      std::vector<float> x = random_floats(size_t(n), ++seed);
+      for (size_t i = 0; i < x.size(); i += 5) x[i] = 0.0f;  // exact zeros: y > 0 is strict
+      std::vector<float> y_want(static_cast<size_t>(n)), dx_want(static_cast<size_t>(n));
+      reference::relu_forward(x.data(), y_want.data(), n);
+      const std::vector<float> dy = random_floats(size_t(n), ++seed);
+      reference::relu_backward(y_want.data(), dy.data(), dx_want.data(), n);
+
+      OffsetBuffer dxin(*device, x, 2), dyout(*device, std::vector<float>(size_t(n), kNaN), 5);
+      device->relu_forward(dxin.memory(), dyout.memory(), n);
+      TRIDENT_CHECK_EXACT(dyout.values(), y_want);
+      CHECK(dyout.guard_damage() == 0);
+
+      OffsetBuffer in_place(*device, x, 1);  // y aliases x
+      device->relu_forward(in_place.memory(), in_place.memory(), n);
+      TRIDENT_CHECK_EXACT(in_place.values(), y_want);
+
+      OffsetBuffer dgrad_in(*device, dy, 3), dgrad_out(*device, std::vector<float>(size_t(n), kNaN), 0);
+      device->relu_backward(dyout.memory(), dgrad_in.memory(), dgrad_out.memory(), n);
+      TRIDENT_CHECK_EXACT(dgrad_out.values(), dx_want);
+      CHECK(dgrad_out.guard_damage() == 0);
+
+      device->relu_backward(dyout.memory(), dgrad_in.memory(), dgrad_in.memory(), n);  // dx aliases dy
+      TRIDENT_CHECK_EXACT(dgrad_in.values(), dx_want);
+      CHECK(dgrad_in.guard_damage() == 0);
+    }
+  }
+}
+
+namespace {
+
+struct DropoutCase {
+  int64_t n, group, group_offset;
+  float p;
+  uint64_t seed;
+  uint32_t stream;
+  std::vector<uint32_t> step_state;
+};
+
+}  // namespace
+
+TEST_CASE("conformance: dropout masks equal the Philox reference bit for bit",
+          "[conformance][dropout]") {
+  const std::vector<DropoutCase> cases = {
+      {1, 1, 0, 0.5f, 1, 0, {0, 0}},
+      {257, 1, 0, 0.3f, 0x123456789ABCDEF0ull, 3, {4, 17}},        // Dropout
+      {4099, 1, 11, 0.5f, 42, 1, {0, 123456}},                      // odd group_offset
+      {2 * 20 * 4 * 4, 16, 0, 0.5f, 7, 2, {9, 2}},                  // Dropout2d, H*W = 16
+      {3 * 7 * 5 * 5, 25, 13, 0.25f, 0xFFFFFFFF00000001ull, 9, {1, 4294967295u}},  // odd plane
+      {1000, 1, 0, 0.0f, 5, 0, {0, 1}},                             // p = 0 keeps everything
+  };
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 500;
+    for (const DropoutCase& c : cases) {
+      INFO("dropout n=" << c.n << " group=" << c.group << " group_offset=" << c.group_offset
+                        << " p=" << c.p << " seed=" << c.seed << " stream=" << c.stream
+                        << " step=" << c.step_state[1]);
+      // Inputs bounded away from zero, so that y == 0 exactly when the element was dropped.
+      std::vector<float> x = random_floats(size_t(c.n), ++seed, 0.5f, 1.0f);
+      for (size_t i = 0; i < x.size(); i += 2) x[i] = -x[i];
+      std::vector<float> want(size_t(c.n));
+      reference::dropout(x.data(), want.data(), c.n, c.group, c.group_offset, c.p, c.seed,
+                         c.stream, c.step_state.data());
+      std::vector<uint8_t> keep_want(size_t(c.n));
+      for (int64_t i = 0; i < c.n; ++i)
+        keep_want[size_t(i)] = reference::dropout_keeps(i, c.group, c.group_offset, c.p, c.seed,
+                                                        c.stream, c.step_state.data());
+      Tensor state = upload(*device, c.step_state);
+      OffsetBuffer dx(*device, x, 1), dy(*device, std::vector<float>(size_t(c.n), kNaN), 2);
+      device->dropout(dx.memory(), dy.memory(), c.n, c.group, c.group_offset, c.p, c.seed,
+                      c.stream, state.memory());
+      const std::vector<float> got = dy.values();
+      std::vector<uint8_t> keep_got(size_t(c.n));
+      for (size_t i = 0; i < got.size(); ++i) keep_got[i] = got[i] != 0.0f;
+      TRIDENT_CHECK_EXACT(keep_got, keep_want);
+      TRIDENT_CHECK_CLOSE(got, want, kElementwise);
+      CHECK(dy.guard_damage() == 0);
+
+      device->dropout(dx.memory(), dx.memory(), c.n, c.group, c.group_offset, c.p, c.seed,
+                      c.stream, state.memory());  // y aliases x
+      TRIDENT_CHECK_CLOSE(dx.values(), want, kElementwise);
+      CHECK(download<uint32_t>(*device, state.memory(), 2) == c.step_state);  // read, not written
+    }
+  }
+}
