@@ -1,0 +1,93 @@
+// The CUDA backend: finds the GPUs at run time and makes one CudaDevice for each; a machine with
+// no driver or no GPU reports why and has no CUDA devices (never an error by itself).
+#include <cstdio>
+
+#include "backends/cuda/cuda_device.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/registry.h"
+
+namespace trident {
+namespace cuda {
+namespace {
+
+std::string version_text(int version) {  // 12080 -> "12.8"
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string why_no_devices(cudaError_t status) {
+  const std::string detail = " (" + describe_status(status) + ")";
+  switch (status) {
+    case cudaErrorNoDevice:
+      return "no CUDA GPU found" + detail;
+    case cudaErrorInsufficientDriver: {
+      int runtime = 0;
+      cudaRuntimeGetVersion(&runtime);
+      return "no CUDA driver, or one older than this build's CUDA runtime " +
+             version_text(runtime) + detail;
+    }
+    default:
+      return "CUDA could not be initialised" + detail;
+  }
+}
+
+class CudaBackend final : public Backend {
+ public:
+  std::string name() const override { return "cuda"; }
+
+  std::vector<std::unique_ptr<Device>> discover(std::string& why_none) override {
+    std::vector<std::unique_ptr<Device>> devices;
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      why_none = why_no_devices(status);
+      return devices;
+    }
+    if (count == 0) {
+      why_none = "no CUDA GPU found";
+      return devices;
+    }
+    int driver = 0, runtime = 0;
+    TRIDENT_CUDA_CHECK(cudaDriverGetVersion(&driver), -1);
+    TRIDENT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime), -1);
+    const bool tf32 = env_flag("TRIDENT_CUDA_TF32", false);
+    std::string failures;
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      try {
+        cudaDeviceProp prop{};
+        TRIDENT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal), ordinal);
+        DeviceInfo info;
+        info.backend = "cuda";
+        info.index = ordinal;
+        info.name = prop.name;
+        info.vendor = "NVIDIA";
+        info.type = "gpu";
+        info.driver = "CUDA driver " + version_text(driver) + ", runtime " + version_text(runtime);
+        info.detail = "compute capability " + std::to_string(prop.major) + "." +
+                      std::to_string(prop.minor) + ", TF32 " +
+                      (tf32 ? "on (TRIDENT_CUDA_TF32=1)" : "off");
+        info.memory_bytes = prop.totalGlobalMem;
+        info.compute_units = prop.multiProcessorCount;
+        devices.push_back(std::make_unique<CudaDevice>(ordinal, std::move(info), tf32));
+      } catch (const Error& e) {
+        failures += (failures.empty() ? "" : "; ") + std::string("cuda:") +
+                    std::to_string(ordinal) + ": " + e.what();
+      }
+    }
+    if (devices.empty()) {
+      why_none = failures;
+    } else if (!failures.empty()) {
+      std::fprintf(stderr, "trident: some CUDA GPUs are unusable and left out: %s\n",
+                   failures.c_str());
+    }
+    return devices;
+  }
+};
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+
+}  // namespace trident

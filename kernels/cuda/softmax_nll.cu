@@ -1,0 +1,169 @@
+// CUDA classification head: log-softmax forward/backward (one warp per row), NLL loss (one
+// block, fixed-order sum), NLL gradient, and the count of correct predictions.
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace trident::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = kBlockThreads / 32;
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {  // fmaxf: NaN lanes are ignored
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ int warp_min(int v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ int64_t first_warp_row() {
+  return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+}
+__device__ __forceinline__ int64_t warp_row_step() {
+  return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+}
+
+// y[r, :] = x[r, :] - (max + log(sum exp(x - max))); the log-sum in double, as on the CPU.
+__global__ void log_softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t cols) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float max = -INFINITY;
+    for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr[c]);
+    max = warp_max(max);
+    float sum = 0.f;
+    for (int64_t c = lane; c < cols; c += 32) sum += expf(xr[c] - max);
+    sum = warp_sum(sum);
+    const double lse = static_cast<double>(max) + log(static_cast<double>(sum));
+    for (int64_t c = lane; c < cols; c += 32)
+      yr[c] = static_cast<float>(static_cast<double>(xr[c]) - lse);
+  }
+}
+
+// dx = dy - exp(y) * sum(dy[r, :]).
+__global__ void log_softmax_backward_kernel(const float* y, const float* dy, float* dx,
+                                            int64_t rows, int64_t cols) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
+    const float* yr = y + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
+    double total = 0.0;
+    for (int64_t c = lane; c < cols; c += 32) total += dyr[c];
+    total = warp_sum(total);
+    for (int64_t c = lane; c < cols; c += 32)
+      dxr[c] = static_cast<float>(static_cast<double>(dyr[c]) -
+                                  static_cast<double>(expf(yr[c])) * total);
+  }
+}
+
+// One block: loss[0] = (accumulate ? loss[0] : 0) + mean of -logp[r, labels[r]]. A label outside
+// [0, cols) contributes NaN (the GPU cannot throw; the NaN loss shows the bad data).
+__global__ void nll_loss_forward_kernel(const float* logp, const int32_t* labels, int64_t rows,
+                                        int64_t cols, float* loss, bool accumulate) {
+  __shared__ double partial[kBlockThreads];
+  double acc = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += kBlockThreads) {
+    const int32_t label = labels[r];
+    acc -= (label >= 0 && label < cols) ? static_cast<double>(logp[r * cols + label]) : NAN;
+  }
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kBlockThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double mean = rows > 0 ? partial[0] / static_cast<double>(rows) : 0.0;
+    loss[0] = static_cast<float>((accumulate ? static_cast<double>(loss[0]) : 0.0) + mean);
+  }
+}
+
+__global__ void nll_loss_backward_kernel(const int32_t* labels, int64_t rows, int64_t cols,
+                                         float scale, float* dlogp) {
+  const int64_t total = rows * cols;
+  for (int64_t i = first_index(); i < total; i += grid_step()) {
+    const int64_t r = i / cols, c = i - r * cols;
+    dlogp[i] = c == labels[r] ? -scale : 0.f;
+  }
+}
+
+// The CPU's rule: best starts at column 0 and moves on a strictly greater score. So a NaN in
+// column 0 wins; otherwise NaNs never win and the first maximal (non-NaN) column does.
+__global__ void count_correct_kernel(const float* scores, const int32_t* labels, int64_t rows,
+                                     int64_t cols, float* correct) {
+  __shared__ int block_hits;
+  if (threadIdx.x == 0) block_hits = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
+    const float* row = scores + r * cols;
+    int best = 0;
+    if (!isnan(row[0])) {
+      float max = -INFINITY;
+      for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, row[c]);
+      max = warp_max(max);
+      int first = INT_MAX;
+      for (int64_t c = lane; c < cols; c += 32)
+        if (row[c] == max) { first = static_cast<int>(c); break; }
+      best = warp_min(first);
+    }
+    if (lane == 0 && best == labels[r]) atomicAdd(&block_hits, 1);
+  }
+  __syncthreads();
+  // Whole numbers below 2^24 add exactly in any order: the count stays deterministic.
+  if (threadIdx.x == 0 && block_hits > 0) atomicAdd(correct, static_cast<float>(block_hits));
+}
+
+unsigned warp_row_grid(int64_t rows) { return grid_for(rows, kWarpsPerBlock); }
+
+}  // namespace
+
+void launch_log_softmax_forward(cudaStream_t stream, const float* x, float* y, int64_t rows,
+                                int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  log_softmax_forward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(x, y, rows, cols);
+}
+
+void launch_log_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
+                                 int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  log_softmax_backward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(y, dy, dx, rows,
+                                                                                 cols);
+}
+
+void launch_nll_loss_forward(cudaStream_t stream, const float* logp, const int32_t* labels,
+                             int64_t rows, int64_t cols, float* loss, bool accumulate) {
+  nll_loss_forward_kernel<<<1, kBlockThreads, 0, stream>>>(logp, labels, rows, cols, loss,
+                                                           accumulate);
+}
+
+void launch_nll_loss_backward(cudaStream_t stream, const int32_t* labels, int64_t rows,
+                              int64_t cols, float scale, float* dlogp) {
+  if (rows <= 0 || cols <= 0) return;
+  nll_loss_backward_kernel<<<grid_for(rows * cols), kBlockThreads, 0, stream>>>(labels, rows,
+                                                                                cols, scale,
+                                                                                dlogp);
+}
+
+void launch_count_correct(cudaStream_t stream, const float* scores, const int32_t* labels,
+                          int64_t rows, int64_t cols, float* correct) {
+  if (rows <= 0 || cols <= 0) return;
+  count_correct_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(scores, labels, rows,
+                                                                          cols, correct);
+}
+
+}  // namespace trident::cuda
