@@ -70,6 +70,17 @@ class NcclCollective : public Collective {
     for (ncclComm_t comm : comms_) report("ncclCommFinalize", ncclCommFinalize(comm));
     report("ncclGroupEnd", ncclGroupEnd());
     for (ncclComm_t comm : comms_) report("ncclCommDestroy", ncclCommDestroy(comm));
+    auto report_cuda = [&](const char* call, cudaError_t result) {
+      if (result != cudaSuccess)
+        std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
+                     cudaGetErrorString(result));
+    };
+    for (size_t i = 0; i < side_.size(); ++i) {  // released once idle; these calls do not wait
+      report_cuda("cudaSetDevice", cudaSetDevice(devices_[i]->ordinal()));
+      report_cuda("cudaStreamDestroy", cudaStreamDestroy(side_[i]));
+      if (i < ready_.size()) report_cuda("cudaEventDestroy", cudaEventDestroy(ready_[i]));
+      if (i < done_.size()) report_cuda("cudaEventDestroy", cudaEventDestroy(done_[i]));
+    }
   }
 
   std::string name() const override {
@@ -79,19 +90,61 @@ class NcclCollective : public Collective {
   bool capturable() const override { return true; }
 
   void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
+    check_buffers(buffers);
+    std::vector<cudaStream_t> compute;
+    for (CudaDevice* d : devices_) compute.push_back(d->stream());
+    enqueue(buffers, count, compute);
+  }
+
+  // Bucketed use, to overlap the sum with the rest of backward (not yet in core/collective.h:
+  // add `override` once the interface declares them, with defaults all_reduce_sum / nothing).
+  // start_all_reduce_sum queues the sum on each device's communication stream, after the work
+  // already queued on its compute stream, and returns; finish_all_reduces makes each compute
+  // stream wait for every sum started so far. Inside capture the event fork / join pulls the
+  // communication streams into the recorded graph.
+  void start_all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) {
+    check_buffers(buffers);
+    if (count <= 0) return;
+    create_side_streams();
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      const int ordinal = devices_[i]->ordinal();
+      devices_[i]->make_current();
+      TRIDENT_CUDA_CHECK(cudaEventRecord(ready_[i], devices_[i]->stream()), ordinal);
+      TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(side_[i], ready_[i], 0), ordinal);
+    }
+    enqueue(buffers, count, side_);
+    started_ = true;
+  }
+  void finish_all_reduces() {
+    if (!started_) return;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      const int ordinal = devices_[i]->ordinal();
+      devices_[i]->make_current();
+      TRIDENT_CUDA_CHECK(cudaEventRecord(done_[i], side_[i]), ordinal);
+      TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->stream(), done_[i], 0), ordinal);
+    }
+    started_ = false;
+  }
+
+ private:
+  void check_buffers(const std::vector<DeviceMemory>& buffers) const {
     if (buffers.size() != devices_.size())
       throw Error("all_reduce_sum: " + std::to_string(buffers.size()) + " buffers for " +
                   std::to_string(devices_.size()) + " devices (" + names_ + ")");
+  }
+
+  // The in-place sum of buffers[i] on streams[i]. One thread drives every local device: the
+  // calls must form one group, or the first ncclAllReduce would wait for ranks whose call has
+  // not been issued yet.
+  void enqueue(const std::vector<DeviceMemory>& buffers, int64_t count,
+               const std::vector<cudaStream_t>& streams) {
     if (count <= 0) return;
-    // One thread drives every local device: the calls must form one group, or the first
-    // ncclAllReduce would wait for ranks whose call has not been issued yet.
     TRIDENT_CUDA_CHECK(ncclGroupStart(), -1);
     for (size_t i = 0; i < devices_.size(); ++i) {
       float* data = reinterpret_cast<float*>(static_cast<char*>(buffers[i].handle) +
                                              buffers[i].offset);
-      const ncclResult_t queued =
-          ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comms_[i],
-                        devices_[i]->stream());
+      const ncclResult_t queued = ncclAllReduce(data, data, static_cast<size_t>(count),
+                                                ncclFloat32, ncclSum, comms_[i], streams[i]);
       if (queued != ncclSuccess) {
         ncclGroupEnd();  // close the group before reporting; its own result adds nothing
         TRIDENT_CUDA_CHECK(queued, devices_[i]->ordinal());
@@ -101,11 +154,34 @@ class NcclCollective : public Collective {
     TRIDENT_CUDA_CHECK(ncclGroupEnd(), devices_.front()->ordinal());
   }
 
- private:
+  // A high-priority communication stream and two events per device, made on first bucketed use
+  // (the plain all_reduce_sum needs none).
+  void create_side_streams() {
+    if (!side_.empty()) return;
+    for (CudaDevice* d : devices_) {
+      const int ordinal = d->ordinal();
+      d->make_current();
+      int lowest = 0, highest = 0;
+      TRIDENT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest), ordinal);
+      cudaStream_t stream = nullptr;
+      TRIDENT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highest),
+                         ordinal);
+      side_.push_back(stream);
+      cudaEvent_t ready = nullptr, done = nullptr;
+      TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), ordinal);
+      ready_.push_back(ready);
+      TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), ordinal);
+      done_.push_back(done);
+    }
+  }
+
   std::vector<CudaDevice*> devices_;
   std::vector<ncclComm_t> comms_;
   int ranks_;
   std::string names_;
+  std::vector<cudaStream_t> side_;        // per device: where bucketed sums run
+  std::vector<cudaEvent_t> ready_, done_;  // compute -> side, side -> compute
+  bool started_ = false;
 };
 
 std::unique_ptr<Collective> nccl_factory(const std::vector<Device*>& devices) {

@@ -170,8 +170,10 @@ std::vector<Device*> process_devices(const std::vector<Device*>& listed, bool li
     return std::vector<Device*>(candidates.begin() + static_cast<long>(me * per),
                                 candidates.begin() + static_cast<long>((me + 1) * per));
   }
-  // Processes may share the CPU (each runs its own copy of the model on it); never a GPU.
-  if (candidates.size() == 1 && candidates.front()->info().backend == "cpu") return candidates;
+  // One device for every process: the CPU (each process runs its own copy of the model on it),
+  // or a GPU that launcher settings such as CUDA_VISIBLE_DEVICES make different in each process
+  // (NCCL reports a GPU that really is shared).
+  if (candidates.size() == 1) return candidates;
   std::string names;
   for (Device* d : candidates) names += (names.empty() ? "" : ",") + d->info().id();
   throw UsageError(std::to_string(local) + " processes on this machine cannot split the " +

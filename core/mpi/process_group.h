@@ -40,7 +40,8 @@ inline int launched_process_count() {
 ProcessGroup join_process_group();
 // This process's share of `listed` (the --devices / TRIDENT_DEVICES list, else the default
 // device): a list of k * local_size devices gives each process k consecutive ones; by default
-// each process takes its backend's device number local_rank; a single CPU device is shared.
+// each process takes its backend's device number local_rank; a single device is every
+// process's (the CPU, or one GPU per process made visible by CUDA_VISIBLE_DEVICES).
 std::vector<Device*> process_devices(const std::vector<Device*>& listed, bool listed_by_user,
                                      const ProcessGroup& group);
 // After a failure on this process: prints it with the rank to `err` and ends the whole job
