@@ -100,12 +100,19 @@ TEST_CASE("conformance: gemm, every transpose case, alpha/beta, bias, relu, stri
         for (bool ta : {false, true})
           for (bool tb : {false, true}) check_gemm(*device, c, ta, tb, seed += 10);
     }
+    // Past the CPU kernel's cache blocks (K 256, M 144, N 1536): partial sums across K blocks
+    // and edge tiles in every dimension.
+    const std::vector<GemmCase> large = {
+        {150, 1543, 260}, {145, 1537, 513, -1.0f, 0.5f, BiasKind::per_column, true, 3, 1}};
+    for (const GemmCase& c : large)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) check_gemm(*device, c, ta, tb, seed += 10);
   }
 }
 
 TEST_CASE("conformance: sum_rows with and without beta", "[conformance][sum_rows]") {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {7, 33}, {257, 7}, {33, 257}, {1000, 10}, {1, 513}, {4097, 3}};
+      {1, 1}, {7, 33}, {257, 7}, {33, 257}, {1000, 10}, {1, 513}, {4097, 3}, {20011, 33}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 200;
     for (const auto& [rows, cols] : shapes)
@@ -127,7 +134,7 @@ TEST_CASE("conformance: sum_rows with and without beta", "[conformance][sum_rows
 TEST_CASE("conformance: axpby", "[conformance][axpby]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 300;
-    for (int64_t n : {1, 7, 33, 257, 1000})
+    for (int64_t n : {1, 7, 33, 257, 1000, 100003})
       for (auto [a, b] : {std::pair<float, float>{1.0f, 1.0f}, {0.25f, -0.5f}, {-2.0f, 0.0f}}) {
         INFO("axpby n=" << n << " a=" << a << " b=" << b);
         const std::vector<float> x = random_floats(size_t(n), ++seed);
@@ -146,7 +153,7 @@ TEST_CASE("conformance: relu forward and backward, out of place and aliased",
           "[conformance][relu]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 400;
-    for (int64_t n : {1, 7, 33, 257, 4099}) {
+    for (int64_t n : {1, 7, 33, 257, 4099, 100003}) {
       INFO("relu n=" << n);
       std::vector<float> x = random_floats(size_t(n), ++seed);
       for (size_t i = 0; i < x.size(); i += 5) x[i] = 0.0f;  // exact zeros: y > 0 is strict
@@ -164,12 +171,14 @@ TEST_CASE("conformance: relu forward and backward, out of place and aliased",
       device->relu_forward(in_place.memory(), in_place.memory(), n);
       TRIDENT_CHECK_EXACT(in_place.values(), y_want);
 
-      OffsetBuffer dgrad_in(*device, dy, 3), dgrad_out(*device, std::vector<float>(size_t(n), kNaN), 0);
+      OffsetBuffer dgrad_in(*device, dy, 3),
+          dgrad_out(*device, std::vector<float>(size_t(n), kNaN), 0);
       device->relu_backward(dyout.memory(), dgrad_in.memory(), dgrad_out.memory(), n);
       TRIDENT_CHECK_EXACT(dgrad_out.values(), dx_want);
       CHECK(dgrad_out.guard_damage() == 0);
 
-      device->relu_backward(dyout.memory(), dgrad_in.memory(), dgrad_in.memory(), n);  // dx aliases dy
+      // dx aliases dy.
+      device->relu_backward(dyout.memory(), dgrad_in.memory(), dgrad_in.memory(), n);
       TRIDENT_CHECK_EXACT(dgrad_in.values(), dx_want);
       CHECK(dgrad_in.guard_damage() == 0);
     }
@@ -197,6 +206,8 @@ TEST_CASE("conformance: dropout masks equal the Philox reference bit for bit",
       {2 * 20 * 4 * 4, 16, 0, 0.5f, 7, 2, {9, 2}},                  // Dropout2d, H*W = 16
       {3 * 7 * 5 * 5, 25, 13, 0.25f, 0xFFFFFFFF00000001ull, 9, {1, 4294967295u}},  // odd plane
       {1000, 1, 0, 0.0f, 5, 0, {0, 1}},                             // p = 0 keeps everything
+      {100003, 1, 3, 0.5f, 11, 4, {2, 31}},                         // several parallel chunks
+      {64 * 20 * 4 * 4, 16, 7, 0.5f, 11, 5, {2, 31}},               // seed CNN's Dropout2d
   };
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 500;

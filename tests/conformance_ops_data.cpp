@@ -31,7 +31,7 @@ TEST_CASE("conformance: gather_rows of byte and float rows at the step_state bat
   // 784-byte rows are uint8 MNIST images; 40-byte rows are float rows of 10; 3-byte rows are
   // not a multiple of any wider type.
   const std::vector<Case> cases = {{784, 50, 7, 2}, {784, 9, 1, 0}, {40, 33, 7, 3},
-                                   {4, 257, 33, 1}, {3, 20, 5, 4}};
+                                   {4, 257, 33, 1}, {3, 20, 5, 4}, {784, 1000, 700, 1}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1100;
     for (const Case& c : cases) {
@@ -84,7 +84,7 @@ TEST_CASE("conformance: sgd_update with momentum, nesterov and weight decay over
   variants[3].grad_scale = 0.5f;
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1200;
-    for (int64_t n : {1, 7, 257, 1000})
+    for (int64_t n : {1, 7, 257, 100003})
       for (const SgdParams& hp : variants) {
         INFO("sgd n=" << n << " lr=" << hp.lr << " momentum=" << hp.momentum << " nesterov="
                       << hp.nesterov << " weight_decay=" << hp.weight_decay
@@ -99,7 +99,8 @@ TEST_CASE("conformance: sgd_update with momentum, nesterov and weight decay over
           device->sgd_update(dparams.memory(), dgrads.memory(), dmomentum.memory(), n, hp);
         }
         TRIDENT_CHECK_CLOSE(dparams.values(), params, (Tolerance{1e-6, 1e-5}));
-        if (hp.momentum != 0.0f) TRIDENT_CHECK_CLOSE(dmomentum.values(), momentum, (Tolerance{1e-6, 1e-5}));
+        if (hp.momentum != 0.0f)
+          TRIDENT_CHECK_CLOSE(dmomentum.values(), momentum, (Tolerance{1e-6, 1e-5}));
         CHECK(dparams.guard_damage() + dmomentum.guard_damage() == 0);
       }
   }
@@ -113,7 +114,7 @@ TEST_CASE("conformance: adam_update over several steps reads t from step_state",
   variants[1].weight_decay = 0.05f; variants[1].grad_scale = 0.25f; variants[1].eps = 1e-6f;
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1300;
-    for (int64_t n : {1, 7, 257, 1000})
+    for (int64_t n : {1, 7, 257, 100003})
       for (const AdamParams& hp : variants) {
         INFO("adam n=" << n << " lr=" << hp.lr << " beta1=" << hp.beta1 << " beta2=" << hp.beta2
                        << " weight_decay=" << hp.weight_decay << " grad_scale=" << hp.grad_scale);
@@ -142,7 +143,7 @@ TEST_CASE("conformance: adam_update over several steps reads t from step_state",
 
 TEST_CASE("conformance: fill float and int32 buffers at offsets", "[conformance][fill]") {
   FOR_EACH_DEVICE(device) {
-    for (int64_t n : {1, 7, 33, 257, 4099})
+    for (int64_t n : {1, 7, 33, 257, 4099, 100003})
       for (float value : {0.0f, 1.5f, -3.25f}) {
         INFO("fill n=" << n << " value=" << value);
         OffsetBuffer buf(*device, std::vector<float>(size_t(n), kNaN), size_t(n % 5));

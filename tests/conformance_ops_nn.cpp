@@ -48,6 +48,7 @@ TEST_CASE("conformance: conv2d forward and backward, stride, padding, null dx",
   add(3, 2, 8, 8, 5, 3, 3, 2, 1);      // stride 2, padding 1
   add(1, 2, 7, 6, 3, 3, 2, 2, 2);      // non-square kernel, padding 2, stride past the edge
   add(2, 4, 9, 9, 7, 1, 1, 1, 0);      // 1x1
+  add(9, 3, 10, 10, 4, 3, 3, 1, 1);    // a batch split over several threads
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 600;
     for (const Conv2dShape& s : shapes) {
@@ -65,7 +66,8 @@ TEST_CASE("conformance: conv2d forward and backward, stride, padding, null dx",
                                  dw_want.data(), db_want.data());
 
       const size_t ws_bytes = device->conv2d_workspace_bytes(s);
-      Tensor workspace = Tensor::empty(*device, {int64_t(std::max<size_t>(ws_bytes, 1))}, DType::u8);
+      Tensor workspace =
+          Tensor::empty(*device, {int64_t(std::max<size_t>(ws_bytes, 1))}, DType::u8);
       const size_t off = size_t(seed % 4);  // vary the buffer offsets between shapes
       OffsetBuffer dx_in(*device, x, off), dw_in(*device, w, off + 1), db_in(*device, b, 2),
           dy_out(*device, std::vector<float>(y_want.size(), kNaN), off + 3);
@@ -108,6 +110,7 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
       {1, 1, 2, 2, 2, 2},   {2, 3, 7, 9, 2, 2},  // odd sizes: the last row and column are dropped
       {2, 10, 24, 24, 2, 2}, {1, 1, 5, 5, 3, 2},  // seed CNN; 3x3 windows overlapping at stride 2
       {1, 2, 6, 7, 3, 1},   {3, 1, 3, 3, 2, 2},   // stride 1 (overlaps add in backward); 3x3 -> 1x1
+      {64, 20, 8, 8, 2, 2},                       // many planes: parallel pieces
   };
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 700;
@@ -132,7 +135,8 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
       const std::vector<float> grad = random_floats(size_t(out), ++seed);
       std::vector<float> dx_want(static_cast<size_t>(in));
       reference::maxpool2d_backward(s, grad.data(), argmax_want.data(), dx_want.data());
-      OffsetBuffer dgrad(*device, grad, 3), dgrad_x(*device, std::vector<float>(size_t(in), kNaN), 1);
+      OffsetBuffer dgrad(*device, grad, 3),
+          dgrad_x(*device, std::vector<float>(size_t(in), kNaN), 1);
       Tensor argmax_in = upload(*device, argmax_want);
       device->maxpool2d_backward(s, dgrad.memory(), argmax_in.memory(), dgrad_x.memory());
       TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want, (Tolerance{1e-6, 1e-6}));
@@ -143,7 +147,7 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
 
 TEST_CASE("conformance: log_softmax forward and backward", "[conformance][log_softmax]") {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {7, 10}, {33, 257}, {257, 33}, {3, 1000}, {200, 10}};
+      {1, 1}, {7, 10}, {33, 257}, {257, 33}, {3, 1000}, {200, 10}, {5000, 10}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 800;
     for (const auto& [rows, cols] : shapes) {
@@ -183,7 +187,7 @@ TEST_CASE("conformance: nll_loss forward (overwrite and accumulate) and backward
           "[conformance][nll]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 900;
-    for (int64_t rows : {1, 7, 257, 1000})
+    for (int64_t rows : {1, 7, 257, 5000})
       for (int64_t cols : {1, 10, 33}) {
         INFO("nll rows=" << rows << " cols=" << cols);
         const std::vector<float> logp = random_floats(size_t(rows * cols), ++seed, -8.0f, 0.0f);
@@ -216,7 +220,7 @@ TEST_CASE("conformance: count_correct counts the first maximum, ties included",
           "[conformance][count_correct]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1000;
-    for (int64_t rows : {1, 7, 257, 1000})
+    for (int64_t rows : {1, 7, 257, 5000})
       for (int64_t cols : {1, 2, 10, 33}) {
         INFO("count_correct rows=" << rows << " cols=" << cols);
         const std::vector<float> scores = values_with_ties(size_t(rows * cols), ++seed);

@@ -1,5 +1,5 @@
 // Tests of the reference ops themselves (the yardstick every backend is judged by): small cases
-// worked out by hand, Philox known-answer vectors, and finite-difference checks of the backward ops.
+// worked out by hand, Philox known-answer vectors, finite-difference checks of the backward ops.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
