@@ -152,7 +152,76 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
   return run;
 }
 
+// The CUDA devices of the global registry (none in a build or on a machine without them).
+std::vector<Device*> cuda_devices() {
+  for (const auto& backend : DeviceRegistry::global().backends())
+    if (backend.name == "cuda" && !backend.devices.empty())
+      return DeviceRegistry::global().device_list("cuda:all");
+  return {};
+}
+
+// Bound on weights after a few steps: float32 rounding amplified by training, larger with TF32.
+double gpu_weight_bound() {
+  const char* tf32 = std::getenv("TRIDENT_TF32");
+  return tf32 && std::string(tf32) == "1" ? 5e-2 : 1e-3;
+}
+
 }  // namespace
+
+TEST_CASE("data parallel: NCCL sums across CUDA devices", "[data-parallel][collective][cuda]") {
+  const std::vector<Device*> gpus = cuda_devices();
+  if (gpus.size() < 2) {
+    WARN("SKIPPED: fewer than 2 CUDA devices");
+    return;
+  }
+  auto collective = make_collective(gpus);
+  INFO("collective " << collective->name());
+  CHECK(collective->name().rfind("nccl", 0) == 0);  // register_nccl_collective() was called
+  CHECK(collective->capturable());
+  const int64_t n = 1 << 20;
+  std::vector<Tensor> buffers;
+  std::vector<float> want(static_cast<size_t>(n), 0.0f);
+  for (size_t d = 0; d < gpus.size(); ++d) {
+    std::vector<float> values(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) values[size_t(k)] = float((k * 7 + int64_t(d) * 3) % 101) - 50.0f;
+    for (int64_t k = 0; k < n; ++k) want[size_t(k)] += values[size_t(k)];
+    buffers.push_back(Tensor::from_host(*gpus[d], {n}, values));
+  }
+  std::vector<DeviceMemory> tail;  // a bucket: the second half only
+  for (auto& b : buffers) tail.push_back(b.memory().at(size_t(n / 2) * sizeof(float)));
+  collective->all_reduce_sum(tail, n / 2);
+  std::vector<DeviceMemory> whole;
+  for (auto& b : buffers) whole.push_back(b.memory());
+  collective->all_reduce_sum(whole, n / 2);  // then the first half
+  for (auto& b : buffers) CHECK(b.to_host() == want);  // small integers: exact in any order
+}
+
+TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
+          "[data-parallel][cuda]") {
+  const std::vector<Device*> gpus = cuda_devices();
+  if (gpus.size() < 2) {
+    WARN("SKIPPED: fewer than 2 CUDA devices");
+    return;
+  }
+  const std::vector<Device*> pair{gpus[0], gpus[1]};
+  const MnistSplits data = trident::testing::small_splits(800, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      const TrainOptions o = small_options(model);
+      Trainer one({gpus[0]}, o, data);
+      const double one_loss = one.train_epoch().train_loss;
+      Trainer two(pair, o, data);
+      const double two_loss = two.train_epoch().train_loss;
+      INFO("collective " << two.collective_name());
+      const double err = relative_max_error(two.network().parameters().to_host(),
+                                            one.network().parameters().to_host());
+      INFO("max weight difference relative to the largest weight: " << err);
+      CHECK(err < gpu_weight_bound());
+      CHECK(two_loss == Approx(one_loss).epsilon(1e-3));
+    }
+  }
+}
+
 
 TEST_CASE("data parallel: the host-staged collective sums across several devices",
           "[data-parallel][collective]") {
