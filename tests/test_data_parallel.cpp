@@ -222,7 +222,6 @@ TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
   }
 }
 
-
 TEST_CASE("data parallel: the host-staged collective sums across several devices",
           "[data-parallel][collective]") {
   auto registry = cpu_registry(3);
