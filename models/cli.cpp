@@ -204,8 +204,8 @@ int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostr
   err << "training " << options.model << " (" << trainer.network().parameter_count()
       << " parameters) on " << device_names
       << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
-      << data.train.count << " samples from " << data.directory << ", batch " << options.batch << ", " << options.optimizer.kind
-      << " lr " << options.optimizer.lr;
+      << data.train.count << " samples from " << data.directory << ", batch " << options.batch
+      << ", " << options.optimizer.kind << " lr " << options.optimizer.lr;
   if (devices.size() > 1 || group.size > 1)
     err << ", all-reduce through " << trainer.collective_name();
   err << "\n";
