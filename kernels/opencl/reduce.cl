@@ -54,8 +54,9 @@ __kernel void log_softmax_forward(__global const float* x, ulong x_off, __global
   for (uint c = 0; c < cols; ++c) top = fmax(top, row[c]);
   float sum = 0.0f;
   for (uint c = 0; c < cols; ++c) sum += exp(row[c] - top);
-  const float log_norm = top + log(sum);
-  for (uint c = 0; c < cols; ++c) y[y_off + (ulong)r * cols + c] = row[c] - log_norm;
+  // (x - top) is exact for nearby values; subtracting top + log(sum) at once would round it away.
+  const float log_sum = log(sum);
+  for (uint c = 0; c < cols; ++c) y[y_off + (ulong)r * cols + c] = (row[c] - top) - log_sum;
 }
 
 // dx = dy - exp(y) * sum(dy[r, :]).
