@@ -7,6 +7,7 @@ namespace trident {
 std::unique_ptr<Backend> make_cpu_backend();
 #ifdef TRIDENT_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend();
+void register_nccl_collective();  // backends/cuda/nccl_collective.h: NCCL for CUDA device sets
 #endif
 #ifdef TRIDENT_HAVE_OPENCL
 std::unique_ptr<Backend> make_opencl_backend();
@@ -14,6 +15,7 @@ std::unique_ptr<Backend> make_opencl_backend();
 
 void register_builtin_backends(DeviceRegistry& registry) {
 #ifdef TRIDENT_HAVE_CUDA
+  register_nccl_collective();
   registry.add_backend(make_cuda_backend());
 #endif
 #ifdef TRIDENT_HAVE_OPENCL
