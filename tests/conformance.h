@@ -1,6 +1,7 @@
 // Shared helpers of the op conformance suite: the devices under test, host <-> device transfers,
 // seeded random inputs, and tolerance comparisons that report the worst element.
 #pragma once
+#include <cstdlib>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -31,7 +32,15 @@ inline std::vector<Device*> devices_under_test() {
       if (backend.devices.empty())
         WARN("SKIPPED backend " << backend.name << ": no devices (" << backend.why_none << ")");
   }
-  return registry.all_devices();
+  // TRIDENT_TEST_BACKENDS=cuda,opencl narrows the run (e.g. compute-sanitizer on the GPU alone).
+  const char* only = std::getenv("TRIDENT_TEST_BACKENDS");
+  std::vector<Device*> devices;
+  for (Device* d : registry.all_devices()) {
+    const std::string wanted = only ? "," + std::string(only) + "," : "";
+    if (!only || wanted.find("," + d->info().backend + ",") != std::string::npos)
+      devices.push_back(d);
+  }
+  return devices;
 }
 
 inline std::string lowercase(std::string text) {

@@ -8,6 +8,7 @@
 
 #include "core/registry.h"
 #include "models/trainer.h"
+#include "tests/conformance.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -44,9 +45,9 @@ double relative_max_error(const std::vector<float>& a, const std::vector<float>&
 }
 
 // Bound on weights after K steps: float32 rounding amplified by training, larger with TF32.
-double weight_bound() {
-  const char* tf32 = std::getenv("TRIDENT_TF32");
-  return tf32 && std::string(tf32) == "1" ? 5e-2 : 2e-3;
+double weight_bound(const Device& d) {
+  const bool tf32 = trident::testing::lowercase(d.info().detail).find("tf32") != std::string::npos;
+  return tf32 ? 5e-2 : 2e-3;
 }
 
 }  // namespace
@@ -58,7 +59,7 @@ TEST_CASE("conformance: K training steps agree with the CPU on every device", "[
   o.batch = 100;  // 8 steps per epoch, 2 epochs = 16 steps
   for (const std::string model : {"mlp", "cnn"}) {
     const RunResult ref = train_steps({&reference}, model, o, 2, data);
-    for (Device* d : DeviceRegistry::global().all_devices()) {
+    for (Device* d : trident::testing::devices_under_test()) {
       if (d == &reference) continue;
       DYNAMIC_SECTION(model << " on " << d->info().id()) {
         const RunResult got = train_steps({d}, model, o, 2, data);
@@ -66,7 +67,7 @@ TEST_CASE("conformance: K training steps agree with the CPU on every device", "[
           CHECK(got.losses[e] == Approx(ref.losses[e]).epsilon(1e-3));
         const double err = relative_max_error(got.weights, ref.weights);
         INFO("max weight difference relative to the largest weight: " << err);
-        CHECK(err < weight_bound());
+        CHECK(err < weight_bound(*d));
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "models/loss.h"
 #include "models/seed_models.h"
 #include "models/trainer.h"
+#include "tests/conformance.h"
 #include "tests/test_data.h"
 
 #include <algorithm>
@@ -53,7 +54,7 @@ Network small_cnn() {
 }  // namespace
 
 TEST_CASE("models: network gradients match finite differences on every device", "[models]") {
-  for (Device* device : DeviceRegistry::global().all_devices()) {
+  for (Device* device : trident::testing::devices_under_test()) {
     DYNAMIC_SECTION(device->info().id()) {
       Device& d = *device;
       Network net = small_cnn();
