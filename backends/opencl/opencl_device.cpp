@@ -132,7 +132,11 @@ BufferArg OpenClDevice::buffer(DeviceMemory m, size_t element_bytes, const char*
 
 void* OpenClDevice::raw_allocate(size_t bytes) {
   cl_int status = CL_SUCCESS;
-  cl_mem mem = clCreateBuffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &status);
+  // Checked here: NVIDIA's driver allocates lazily and accepts even 1 PiB until first use.
+  const bool too_large = max_alloc_bytes_ > 0 && bytes > max_alloc_bytes_;
+  cl_mem mem = too_large ? nullptr
+                         : clCreateBuffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &status);
+  if (too_large) status = CL_INVALID_BUFFER_SIZE;
   if (status == CL_MEM_OBJECT_ALLOCATION_FAILURE || status == CL_OUT_OF_RESOURCES ||
       status == CL_OUT_OF_HOST_MEMORY || status == CL_INVALID_BUFFER_SIZE)
     throw OutOfMemory(label_ + ": cannot allocate " + std::to_string(bytes) + " bytes (" +

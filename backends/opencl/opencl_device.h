@@ -126,6 +126,11 @@ class OpenClDevice final : public Device {
   void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta, DeviceMemory c,
              size_t ldc);
+  // batch GEMMs C_i = op(A_i) op(B_i) (alpha 1, beta 0) with X_i = X + i * x_stride floats.
+  void sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                             DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b,
+                             size_t ldb, size_t b_stride, DeviceMemory c, size_t ldc,
+                             size_t c_stride, size_t batch);
   void reap_uploads(bool wait);
 
   DeviceInfo info_;

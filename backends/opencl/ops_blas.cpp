@@ -43,6 +43,24 @@ void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
       label_);
 }
 
+void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n,
+                                         size_t k, DeviceMemory a, size_t lda, size_t a_stride,
+                                         DeviceMemory b, size_t ldb, size_t b_stride,
+                                         DeviceMemory c, size_t ldc, size_t c_stride,
+                                         size_t batch) {
+  using clblast::Transpose;
+  const BufferArg A = buffer(a, sizeof(float), "batched GEMM A");
+  const BufferArg B = buffer(b, sizeof(float), "batched GEMM B");
+  const BufferArg C = buffer(c, sizeof(float), "batched GEMM C");
+  TRIDENT_CLBLAST_CHECK(
+      clblast::GemmStridedBatched<float>(
+          clblast::Layout::kRowMajor, trans_a ? Transpose::kYes : Transpose::kNo,
+          trans_b ? Transpose::kYes : Transpose::kNo, m, n, k, 1.0f, A.mem, A.offset, lda,
+          a_stride, B.mem, B.offset, ldb, b_stride, 0.0f, C.mem, C.offset, ldc, c_stride, batch,
+          &queue_, nullptr),
+      label_);
+}
+
 void OpenClDevice::gemm(const GemmArgs& g) {
   if (g.m < 0 || g.n < 0 || g.k < 0)
     throw ShapeError(label_ + ": gemm with negative size m=" + std::to_string(g.m) +

@@ -1,9 +1,17 @@
 // Convolution (im2col + one CLBlast GEMM for the whole batch) and max pooling, NCHW.
 //
-// Workspace: col [C*KH*KW, L] then product [OC, L], L = N*OH*OW (channel-major, see conv.cl).
+// Workspace: col [C*KH*KW, L], product [OC, L], L = N*OH*OW (channel-major, see conv.cl), then
+// the split-K partial sums of dW [S, OC, CKK].
 // Forward:  col = im2col(x); product = W[OC, CKK] col; y = nchw(product) + b.
 // Backward: col = im2col(x); product = dy in channel-major; dW = product col^T;
 //           db = row sums of product; col = W^T product (col is free again); dx = col2im(col).
+// dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x CKK is small), which
+// one GEMM runs on a handful of work-groups: it is split into S slices of L, run as one strided
+// batched GEMM, and the S partial dW are summed by the sum_rows kernel.
+#include <clblast.h>
+
+#include <algorithm>
+
 #include "backends/opencl/opencl_device.h"
 #include "core/error.h"
 
@@ -13,7 +21,12 @@ namespace {
 struct ConvDims {
   cl_uint batch, channels, height, width, out_channels, kernel_h, kernel_w, stride, pad;
   cl_uint out_h, out_w;
-  size_t patch, cols;  // CKK and L
+  size_t patch, cols;        // CKK and L
+  size_t slices, slice_cols;  // dW split-K: S slices of slice_cols columns (+ a tail), or 0
+  // Partial dW sums: S slices plus one for the tail L - S * slice_cols when there is one.
+  size_t partial_rows() const {
+    return slices == 0 ? 0 : slices + (cols > slices * slice_cols ? 1 : 0);
+  }
 };
 
 ConvDims conv_dims(const Conv2dShape& s) {
@@ -37,6 +50,13 @@ ConvDims conv_dims(const Conv2dShape& s) {
   d.out_w = checked_u32(s.out_width(), "out_width");
   d.patch = size_t(d.channels) * d.kernel_h * d.kernel_w;
   d.cols = size_t(d.batch) * d.out_h * d.out_w;
+  // Split K = L for dW into slices of at least kSliceColumns, while the partial sums stay small.
+  constexpr size_t kSliceColumns = 1024, kMaxSlices = 256, kMaxPartialFloats = size_t(8) << 20;
+  const size_t weights = size_t(d.out_channels) * d.patch;
+  d.slices = std::min({d.cols / kSliceColumns, kMaxSlices,
+                       weights ? kMaxPartialFloats / weights : size_t(0)});
+  if (d.slices < 2) d.slices = 0;  // one GEMM is fine
+  d.slice_cols = d.slices ? d.cols / d.slices : 0;
   checked_u32(int64_t(d.patch * d.cols), "conv im2col size");
   checked_u32(int64_t(size_t(d.out_channels) * d.cols), "conv output size");
   checked_u32(int64_t(size_t(d.batch) * d.channels * d.height * d.width), "conv input size");
@@ -47,7 +67,8 @@ ConvDims conv_dims(const Conv2dShape& s) {
 
 size_t OpenClDevice::conv2d_workspace_bytes(const Conv2dShape& s) const {
   const ConvDims d = conv_dims(s);
-  return (d.patch + d.out_channels) * d.cols * sizeof(float);
+  return ((d.patch + d.out_channels) * d.cols + d.partial_rows() * d.out_channels * d.patch) *
+         sizeof(float);
 }
 
 void OpenClDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
@@ -84,9 +105,22 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
   launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * d.cols),
          buffer(dy, 4, "dy"), buffer(product, 4, "workspace"), d.batch, d.out_channels,
          cl_uint(d.out_h * d.out_w));
-  // dW[OC, CKK] = product[OC, L] col[CKK, L]^T
-  sgemm(false, true, d.out_channels, d.patch, d.cols, 1.0f, product, d.cols, col, d.cols, 0.0f,
-        dw, d.patch);
+  // dW[OC, CKK] = product[OC, L] col[CKK, L]^T, split over L when L is long (see the top).
+  if (d.slices == 0) {
+    sgemm(false, true, d.out_channels, d.patch, d.cols, 1.0f, product, d.cols, col, d.cols, 0.0f,
+          dw, d.patch);
+  } else {
+    const size_t weights = size_t(d.out_channels) * d.patch, done = d.slices * d.slice_cols;
+    const DeviceMemory partial = workspace.at((d.patch + d.out_channels) * d.cols * sizeof(float));
+    sgemm_strided_batched(false, true, d.out_channels, d.patch, d.slice_cols, product, d.cols,
+                          d.slice_cols, col, d.cols, d.slice_cols, partial, d.patch, weights,
+                          d.slices);
+    if (d.cols > done)  // the tail slice
+      sgemm(false, true, d.out_channels, d.patch, d.cols - done, 1.0f,
+            product.at(done * sizeof(float)), d.cols, col.at(done * sizeof(float)), d.cols, 0.0f,
+            partial.at(d.slices * weights * sizeof(float)), d.patch);
+    sum_rows(partial, int64_t(d.partial_rows()), int64_t(weights), dw, 0.0f);
+  }
   if (db)
     launch(Kernel::sum_long_rows, LaunchRange::groups(d.out_channels, 256),
            buffer(product, 4, "workspace"), cl_uint(d.cols), buffer(db, 4, "db"));
