@@ -25,21 +25,29 @@ ConvDims dims_of(const Conv2dShape& s) {
   return d;
 }
 
-__global__ void im2col_bias_fill_kernel(ConvDims d, const float* x, float* col, int col_rows,
+// Items [0, col_items): one per (n, c, oh, ow), writing its KH*KW patch values down the rows
+// of col (consecutive threads write consecutive addresses); the (c == 0) items also write the
+// ones row. Items past col_items broadcast the bias into y[n, oc, p].
+__global__ void im2col_bias_fill_kernel(ConvDims d, const float* x, float* col, bool ones_row,
                                         int col_items, const float* bias, int y_items,
                                         float* y) {
   const int total = col_items + y_items;
   for (int i = int(first_index()); i < total; i += int(grid_step())) {
     if (i < col_items) {
-      const int p = i % d.ohw, t = i / d.ohw, row = t % col_rows, n = t / col_rows;
-      float v = 1.f;  // the ones row
-      if (row < d.ckk) {
-        const int kw = row % d.kw, t2 = row / d.kw, kh = t2 % d.kh, c = t2 / d.kh;
-        const int h = (p / d.ow) * d.s - d.pad + kh, w = (p % d.ow) * d.s - d.pad + kw;
-        v = (h >= 0 && h < d.h && w >= 0 && w < d.w) ? x[((n * d.c + c) * d.h + h) * d.w + w]
-                                                     : 0.f;
+      const int p = i % d.ohw, t = i / d.ohw, c = t % d.c, n = t / d.c;
+      const int oh = p / d.ow, ow = p - oh * d.ow;
+      const int h0 = oh * d.s - d.pad, w0 = ow * d.s - d.pad;
+      const float* xc = x + (n * d.c + c) * d.h * d.w;
+      float* out = col + (n * d.rows + c * d.kh * d.kw) * d.ohw + p;
+      for (int kh = 0; kh < d.kh; ++kh) {
+        const int h = h0 + kh;
+        const bool row_inside = h >= 0 && h < d.h;
+        for (int kw = 0; kw < d.kw; ++kw, out += d.ohw) {
+          const int w = w0 + kw;
+          *out = row_inside && w >= 0 && w < d.w ? xc[h * d.w + w] : 0.f;
+        }
       }
-      col[(n * d.rows + row) * d.ohw + p] = v;
+      if (ones_row && c == 0) col[(n * d.rows + d.ckk) * d.ohw + p] = 1.f;
     } else {
       const int j = i - col_items;  // y[n, oc, p]
       y[j] = bias[(j / d.ohw) % d.oc];
@@ -47,22 +55,22 @@ __global__ void im2col_bias_fill_kernel(ConvDims d, const float* x, float* col, 
   }
 }
 
-// Adds, per pixel, in increasing (kh, kw): the order the CPU's scatter uses.
+// One thread per pixel of dx; adds in increasing (kh, kw), the order of the CPU's scatter. Only
+// kernel offsets with (h + pad - kh) % stride == 0 reach a patch: kh steps by the stride while
+// the output row oh = (h + pad - kh) / stride steps down by one.
 __global__ void col2im_kernel(ConvDims d, const float* dcol, float* dx) {
   const int total = d.n * d.c * d.h * d.w;
   for (int i = int(first_index()); i < total; i += int(grid_step())) {
     const int w = i % d.w, t = i / d.w, h = t % d.h, t2 = t / d.h, c = t2 % d.c, n = t2 / d.c;
     const float* dcol_nc = dcol + (n * d.rows + c * d.kh * d.kw) * d.ohw;
+    const int hp = h + d.pad, wp = w + d.pad;
+    const int kw_first = wp % d.s, ow_first = wp / d.s;
     float sum = 0.f;
-    for (int kh = 0; kh < d.kh; ++kh) {
-      const int hh = h + d.pad - kh;  // = oh * stride
-      if (hh < 0) break;
-      if (hh % d.s != 0 || hh / d.s >= d.oh) continue;
-      for (int kw = 0; kw < d.kw; ++kw) {
-        const int ww = w + d.pad - kw;
-        if (ww < 0) break;
-        if (ww % d.s != 0 || ww / d.s >= d.ow) continue;
-        sum += dcol_nc[(kh * d.kw + kw) * d.ohw + (hh / d.s) * d.ow + ww / d.s];
+    for (int kh = hp % d.s, oh = hp / d.s; kh < d.kh && oh >= 0; kh += d.s, --oh) {
+      if (oh >= d.oh) continue;
+      for (int kw = kw_first, ow = ow_first; kw < d.kw && ow >= 0; kw += d.s, --ow) {
+        if (ow >= d.ow) continue;
+        sum += dcol_nc[(kh * d.kw + kw) * d.ohw + oh * d.ow + ow];
       }
     }
     dx[i] = sum;
@@ -120,12 +128,11 @@ void check_conv2d_fits(const Conv2dShape& s) {
 void launch_im2col_bias_fill(cudaStream_t stream, const Conv2dShape& s, const float* x,
                              float* col, bool ones_row, const float* bias, float* y) {
   const ConvDims d = dims_of(s);
-  const int col_rows = ones_row ? d.rows : d.ckk;
-  const int col_items = col ? d.n * col_rows * d.ohw : 0;
+  const int col_items = col ? d.n * d.c * d.ohw : 0;
   const int y_items = bias ? d.n * d.oc * d.ohw : 0;
   if (col_items + y_items <= 0) return;
   im2col_bias_fill_kernel<<<grid_for(col_items + y_items), kBlockThreads, 0, stream>>>(
-      d, x, col, col_rows, col_items, bias, y_items, y);
+      d, x, col, ones_row, col_items, bias, y_items, y);
 }
 
 void launch_col2im(cudaStream_t stream, const Conv2dShape& s, const float* dcol, float* dx) {
