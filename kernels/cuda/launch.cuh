@@ -13,8 +13,7 @@ inline unsigned grid_for(int64_t items, int threads = kBlockThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
-// for (int64_t i : grid_stride(n)) is spelled out in each kernel as:
-//   for (int64_t i = first_index(); i < n; i += grid_step())
+// Grid-stride loops: for (int64_t i = first_index(); i < n; i += grid_step()) { ... }
 __device__ __forceinline__ int64_t first_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
