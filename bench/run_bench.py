@@ -45,6 +45,10 @@ def find_python(explicit):
 def run_json(cmd, env=None):
     """Runs cmd, streams its stderr, returns the JSON objects it printed one per line."""
     print("$ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    if env is None and "python" in os.path.basename(cmd[0]):
+        # PyTorch ships its own CUDA libraries; the LD_LIBRARY_PATH set for trident_bench (oneTBB,
+        # CLBlast, /usr/local/cuda) must not shadow them.
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0:

@@ -9,6 +9,12 @@ BIN=${BIN:-carry/bin}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuBLAS, cuBLASLt and NCCL may live outside /usr/local/cuda (e.g. in PyTorch's pip folders).
+for lib in libcublasLt.so.13 libcudart.so.13 libnccl.so.2; do
+  [ -e "/usr/local/cuda/lib64/$lib" ] && continue
+  dir=$(find / -xdev -name "$lib" 2>/dev/null | head -n 1 | xargs -r dirname)
+  [ -n "$dir" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+done
 [ -d carry/data ] && export TRIDENT_DATA="$PWD/carry/data"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 # NVIDIA's OpenCL driver is installed but not registered on these machines.
@@ -37,7 +43,7 @@ for stage in "$@"; do
       done ;;
     train-cuda) train cuda_mlp cuda mlp 25; train cuda_cnn cuda cnn 25 ;;
     train-opencl) train opencl_mlp opencl mlp 25; train opencl_cnn opencl cnn 25 ;;
-    bench) python3 bench/run_bench.py --bench "$BIN/trident_bench" --device cuda:0,opencl:0 --compile \
+    bench) python3 bench/run_bench.py --bench "$BIN/trident_bench" --device cuda:0,opencl:0 \
              --results-dir "$OUT" 2>&1 | tail -n 40 ;;
     multi)
       "$BIN/trident_tests" "[data-parallel]" 2>&1 | tail -n 20
