@@ -19,6 +19,20 @@ class Collective {
   virtual void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) = 0;
   // True when all_reduce_sum can be recorded inside Device::capture (NCCL can; host staging can't).
   virtual bool capturable() const { return false; }
+
+  // Bucketed use, to overlap the sums with the rest of backward. start_all_reduce_sum queues the
+  // sum of one range (a bucket of finished gradients) after the work already queued on each
+  // device and returns at once where it can; finish_all_reduces makes every device's later work
+  // wait for all the sums started so far. Between the two, the caller may queue more work that
+  // does not touch the started ranges. Here (the default) a start is simply the whole sum.
+  virtual void start_all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) {
+    all_reduce_sum(buffers, count);
+  }
+  virtual void finish_all_reduces() {}
+  // True when a started sum really runs beside later work (NCCL's communication stream), so that
+  // the trainer gains from starting buckets during backward; false where it would only add
+  // host round trips (host staging).
+  virtual bool overlaps() const { return false; }
 };
 
 // Copies every buffer to the host, sums in float, copies the sum back. Any devices, any backend.

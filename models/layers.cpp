@@ -52,6 +52,11 @@ void Linear::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
 
 void Linear::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,
                       const Tensor& dx, const std::vector<Tensor>&) {
+  backward_parameters(ctx, x, dy);
+  backward_input(ctx, dy, dx);
+}
+
+void Linear::backward_parameters(const StepContext& ctx, const Tensor& x, const Tensor& dy) {
   const int64_t batch = x.dim(0);
   GemmArgs dw;  // dW[out, in] = dy[B, out]^T x[B, in]
   dw.trans_a = true;
@@ -61,7 +66,11 @@ void Linear::backward(const StepContext& ctx, const Tensor& x, const Tensor&, co
   dw.c = grads_[0].memory(); dw.ldc = in_;
   ctx.device->gemm(dw);
   ctx.device->sum_rows(dy.memory(), batch, out_, grads_[1].memory(), 0.0f);
-  if (!dx.defined()) return;
+}
+
+void Linear::backward_input(const StepContext& ctx, const Tensor& dy, const Tensor& dx) {
+  if (!dx.defined()) return;  // the first layer
+  const int64_t batch = dy.dim(0);
   GemmArgs gx;  // dx[B, in] = dy[B, out] W[out, in]
   gx.m = batch; gx.n = in_; gx.k = out_;
   gx.a = dy.memory(); gx.lda = out_;

@@ -18,6 +18,10 @@ class Linear : public Layer {
                const std::vector<Tensor>&) override;
   void backward(const StepContext&, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor& dx, const std::vector<Tensor>&) override;
+  // backward() in its two halves, so that a data-parallel trainer can start summing dW and db
+  // across replicas while dx is still being computed: first dW and db, then dx.
+  void backward_parameters(const StepContext&, const Tensor& x, const Tensor& dy);
+  void backward_input(const StepContext&, const Tensor& dy, const Tensor& dx);
 
  private:
   int64_t in_, out_;

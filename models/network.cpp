@@ -47,8 +47,12 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
   // Check the shapes through the stack once, with a batch of 1, and lay out the parameters.
   Shape shape = batch_shape(1);
   named_.clear();
+  layer_ranges_.clear();
+  split_backward_.clear();
   parameter_count_ = 0;
   for (auto& layer : layers_) {
+    split_backward_.push_back(dynamic_cast<Linear*>(layer.get()));
+    ParameterRange range{parameter_count_, parameter_count_};
     try {
       shape = layer->output_shape(shape);
     } catch (const ShapeError& e) {
@@ -59,6 +63,8 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
                         spec.init_bound});
       parameter_count_ += shape_numel(spec.shape);
     }
+    range.end = parameter_count_;
+    layer_ranges_.push_back(range);
   }
   params_ = Tensor::from_host(device, {parameter_count_},
                               initial_parameters(named_, parameter_count_, seed));
@@ -129,15 +135,42 @@ const Tensor& Network::output_gradient() {
 }
 
 void Network::backward(const StepContext& ctx) {
+  for (size_t i = layers_.size(); i-- > 0;) backward_layer(ctx, i);
+}
+
+ParameterRange Network::layer_parameters(size_t i) const {
+  if (i >= layer_ranges_.size())
+    throw Error("model '" + model_name_ + "' has " + std::to_string(layer_ranges_.size()) +
+                " built layers, no layer " + std::to_string(i));
+  return layer_ranges_[i];
+}
+
+void Network::check_backward_layer(size_t i) const {
   if (!last_) throw Error("backward() before forward()");
+  if (i >= layers_.size())
+    throw Error("model '" + model_name_ + "' has " + std::to_string(layers_.size()) +
+                " layers, no layer " + std::to_string(i) + " to run backward through");
+}
+
+void Network::backward_layer_parameters(const StepContext& ctx, size_t i) {
+  check_backward_layer(i);
   Buffers& b = *last_;
-  for (size_t i = layers_.size(); i-- > 0;) {
-    const Tensor& x = i == 0 ? last_input_ : b.activations[i - 1];
-    // The first layer needs no input gradient. For an aliasing layer dx is dy's memory: a
-    // passthrough ReLU masks it in place, Flatten has nothing to do.
-    const Tensor dx = i == 0 ? Tensor() : b.activation_grads[i - 1];
-    layers_[i]->backward(ctx, x, b.activations[i], b.activation_grads[i], dx, b.scratch[i]);
+  const Tensor& x = i == 0 ? last_input_ : b.activations[i - 1];
+  if (Linear* linear = split_backward_[i]) {
+    linear->backward_parameters(ctx, x, b.activation_grads[i]);
+    return;
   }
+  // The first layer needs no input gradient. For an aliasing layer dx is dy's memory: a
+  // passthrough ReLU masks it in place, Flatten has nothing to do.
+  const Tensor dx = i == 0 ? Tensor() : b.activation_grads[i - 1];
+  layers_[i]->backward(ctx, x, b.activations[i], b.activation_grads[i], dx, b.scratch[i]);
+}
+
+void Network::backward_layer_input(const StepContext& ctx, size_t i) {
+  check_backward_layer(i);
+  Linear* linear = split_backward_[i];
+  if (!linear || i == 0) return;  // done by the first half, or no input gradient needed
+  linear->backward_input(ctx, last_->activation_grads[i], last_->activation_grads[i - 1]);
 }
 
 std::string Network::summary() const {

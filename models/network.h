@@ -11,6 +11,15 @@
 
 namespace trident {
 
+class Linear;
+
+// A range of the flat parameter (and gradient) buffer, in floats: [begin, end).
+struct ParameterRange {
+  int64_t begin = 0, end = 0;
+  int64_t count() const { return end - begin; }
+  size_t bytes() const { return static_cast<size_t>(end - begin) * sizeof(float); }
+};
+
 struct NamedParameter {
   std::string name;   // "conv1.weight", as PyTorch names the same model's state dict
   Shape shape;
@@ -57,8 +66,26 @@ class Network {
   const Tensor& forward(const StepContext& ctx, const Tensor& input);
   // The buffer the loss writes d(loss)/d(output) into, for the last forward's batch size.
   const Tensor& output_gradient();
-  // Backward through every layer for the last forward; fills gradients().
+  // Backward through every layer for the last forward; fills gradients(). It is
+  // backward_layer(ctx, i) for i = layer_count() - 1 down to 0.
   void backward(const StepContext& ctx);
+
+  // Layer by layer, for data parallelism that sums finished gradients while backward goes on.
+  // Parameters are laid out in layer order, so backward finishes the buffer's tail first.
+  size_t layer_count() const { return layers_.size(); }
+  // Where layer i's parameters (and their gradients) lie in the flat buffers; empty (begin ==
+  // end, at the layer's place in the order) for a layer without parameters.
+  ParameterRange layer_parameters(size_t i) const;
+  // Backward through layer i of the last forward, in two halves: first its parameter gradients,
+  // then the gradient of its input (which layer i - 1's backward reads). Layers that cannot be
+  // split (Conv2d is one backend call) do everything in the first half. The layers above i must
+  // have finished both halves.
+  void backward_layer_parameters(const StepContext& ctx, size_t i);
+  void backward_layer_input(const StepContext& ctx, size_t i);
+  void backward_layer(const StepContext& ctx, size_t i) {
+    backward_layer_parameters(ctx, i);
+    backward_layer_input(ctx, i);
+  }
 
  private:
   struct Buffers {                         // everything one batch size needs
@@ -69,10 +96,13 @@ class Network {
   };
   Buffers& buffers_for(int64_t batch);
   Shape batch_shape(int64_t batch) const;
+  void check_backward_layer(size_t i) const;
 
   std::string model_name_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<NamedParameter> named_;
+  std::vector<ParameterRange> layer_ranges_;  // [i] = layer i's parameters
+  std::vector<Linear*> split_backward_;       // [i] = layer i when it is a Linear, else null
   Device* device_ = nullptr;
   Shape sample_shape_;
   int64_t parameter_count_ = 0;

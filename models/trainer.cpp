@@ -6,6 +6,7 @@
 #include <cmath>
 #include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "models/replica.h"
@@ -83,6 +84,11 @@ Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const Mnist
     replicas_.push_back(std::move(r));
   }
   collective_ = options_.collective ? options_.collective(devices) : make_collective(devices);
+  overlap_ = options_.overlap && env_flag("TRIDENT_OVERLAP", true) && collective_->overlaps() &&
+             n > 1 && options_.average_every <= 0;
+  bucket_bytes_ = options_.bucket_bytes > 0
+                      ? options_.bucket_bytes
+                      : env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
 }
 
 Trainer::~Trainer() = default;
@@ -131,10 +137,13 @@ void Trainer::upload_epoch_tables(int64_t epoch) {
   }
 }
 
-// Gather the batch, forward, loss, backward: everything before the gradients are combined.
-void Trainer::step_replica(Replica& r) {
-  const StepContext ctx = r.context(true, static_cast<int64_t>(r.rank) * per_replica_batch_,
-                                    options_.seed);
+StepContext Trainer::train_context(const Replica& r) const {
+  return r.context(true, static_cast<int64_t>(r.rank) * per_replica_batch_, options_.seed);
+}
+
+// Gather the batch, forward, loss and its gradient: everything before the network's backward.
+void Trainer::forward_replica(Replica& r) {
+  const StepContext ctx = train_context(r);
   const Tensor& input = r.net.input_buffer(per_replica_batch_);
   const size_t row_bytes = static_cast<size_t>(r.train_images.dim(1)) * sizeof(float);
   r.device->gather_rows(r.train_images.memory(), row_bytes, r.index_table.memory(),
@@ -144,7 +153,42 @@ void Trainer::step_replica(Replica& r) {
   const Tensor& out = r.net.forward(ctx, input);
   r.loss->forward(ctx, out, r.labels, r.loss_sum, true);
   r.loss->backward(ctx, out, r.labels, r.net.output_gradient(), 1.0f);
-  r.net.backward(ctx);
+}
+
+// Everything before the gradients are combined.
+void Trainer::step_replica(Replica& r) {
+  forward_replica(r);
+  r.net.backward(train_context(r));
+}
+
+// Backward through every replica's network layer by layer from the top (one host thread queues
+// all of it: GPU calls return at once), starting the sum of each bucket of finished gradients
+// while the layers below are still being differentiated. Parameters lie in layer order, so the
+// finished gradients are always the buffer's tail [begin of the last layer done, count): a
+// bucket is its part not yet started. finish_all_reduces joins the sums before the update.
+void Trainer::backward_in_buckets() {
+  const Network& first = replicas_[0]->net;
+  std::vector<StepContext> contexts;
+  for (auto& r : replicas_) contexts.push_back(train_context(*r));
+  int64_t unsummed_end = first.parameter_count();  // gradients at and past it are started
+  std::vector<DeviceMemory> bucket(replicas_.size());
+  for (size_t i = first.layer_count(); i-- > 0;) {
+    for (size_t k = 0; k < replicas_.size(); ++k)
+      replicas_[k]->net.backward_layer_parameters(contexts[k], i);
+    const int64_t begin = first.layer_parameters(i).begin;
+    const int64_t count = unsummed_end - begin;
+    if (count > 0 && (count * int64_t(sizeof(float)) >= bucket_bytes_ || i == 0)) {
+      for (size_t k = 0; k < replicas_.size(); ++k)
+        bucket[k] = replicas_[k]->net.gradients().memory().at(static_cast<size_t>(begin) *
+                                                              sizeof(float));
+      collective_->start_all_reduce_sum(bucket, count);
+      unsummed_end = begin;
+    }
+    // dx of layer i: queued after the bucket's start, so the sum runs beside it.
+    for (size_t k = 0; k < replicas_.size(); ++k)
+      replicas_[k]->net.backward_layer_input(contexts[k], i);
+  }
+  collective_->finish_all_reduces();
 }
 
 void Trainer::average_replicas() {
@@ -170,7 +214,11 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
   const bool all_reduce = options_.average_every <= 0;
   const float grad_scale = all_reduce ? 1.0f / static_cast<float>(replica_count_) : 1.0f;
   // One local replica records its whole step, the all-reduce included when there are other
-  // processes and their collective can be captured (NCCL).
+  // processes and their collective can be captured (NCCL), bucketed sums too: their streams
+  // fork from and join the recorded stream. Several local replicas driven from one thread run
+  // their bucketed steps eagerly (each device's graph would hold one side of a cross-device
+  // NCCL group; not attempted).
+  const bool bucketed = all_reduce && overlap_;
   const bool whole_step_local =
       n == 1 && (replica_count_ == 1 || (all_reduce && collective_->capturable()));
   upload_epoch_tables(epoch);
@@ -181,9 +229,14 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
     if (whole_step_local) {
       Replica& r = *replicas_[0];
       auto whole_step = [&] {
-        step_replica(r);
-        if (replica_count_ > 1)
-          collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
+        if (bucketed) {
+          forward_replica(r);
+          backward_in_buckets();
+        } else {
+          step_replica(r);
+          if (replica_count_ > 1)
+            collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
+        }
         r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
         r.device->advance_step(r.step_state.memory());
       };
@@ -196,6 +249,13 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
         if (r.captured) r.captured->replay(); else whole_step();
       } else {
         whole_step();
+      }
+    } else if (bucketed) {  // one thread queues every device's step
+      for (auto& r : replicas_) forward_replica(*r);
+      backward_in_buckets();
+      for (auto& r : replicas_) {
+        r->optimizer->step(r->context(true, 0, options_.seed), grad_scale);
+        r->device->advance_step(r->step_state.memory());
       }
     } else {
       run_on_replicas([&](Replica& r) { step_replica(r); });

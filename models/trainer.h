@@ -29,6 +29,12 @@ struct TrainOptions {
   // and `collective` (when set) sums over all of them instead of make_collective(devices).
   int64_t process_count = 1, process_rank = 0;
   std::function<std::unique_ptr<Collective>(const std::vector<Device*>&)> collective;
+  // Where the collective runs beside the compute (Collective::overlaps(): NCCL), the gradient
+  // sum is started in buckets during backward: a bucket starts once it holds bucket_bytes of
+  // finished gradients (0: TRIDENT_BUCKET_MB if set, else 16 MiB), the rest at the first layer.
+  // overlap = false (or TRIDENT_OVERLAP=0) sums once after backward, for comparison.
+  bool overlap = true;
+  int64_t bucket_bytes = 0;
 };
 
 struct EpochStats {
@@ -67,6 +73,8 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   std::string device_names() const;  // "cuda:0,cuda:1"
   std::string collective_name() const { return collective_->name(); }
+  // True when the gradient sum overlaps backward (bucketed); see TrainOptions::overlap.
+  bool overlaps_backward() const { return overlap_; }
 
   // Checkpoint: weights by name, optimizer state, seed, step and epoch counters (safetensors).
   void save_checkpoint(const std::string& path) const;
@@ -76,7 +84,10 @@ class Trainer {
  private:
   struct Replica;
   void upload_epoch_tables(int64_t epoch);
+  StepContext train_context(const Replica& r) const;
+  void forward_replica(Replica& r);
   void step_replica(Replica& r);
+  void backward_in_buckets();
   void run_on_replicas(const std::function<void(Replica&)>& work);
   void average_replicas();
 
@@ -84,6 +95,8 @@ class Trainer {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Collective> collective_;
   int64_t per_replica_batch_ = 0;
+  bool overlap_ = false;          // gradient sums in buckets during backward
+  int64_t bucket_bytes_ = 0;
   int64_t replica_count_ = 1;  // replicas in all processes
   int64_t train_count_ = 0, test_count_ = 0;
   int64_t epochs_done_ = 0, global_step_ = 0;

@@ -1,7 +1,8 @@
 // Data parallelism on CPU devices (TRIDENT_CPU_DEVICES=2 gives two oneTBB arenas): the collective
 // itself, device-list errors, checkpoints moving between device counts, and the trainer's
-// multi-process hooks (two "processes" simulated by two threads sharing a collective). The
-// N-device equivalence and model-averaging checks live in conformance_training.cpp.
+// multi-process hooks (two "processes" simulated by two threads sharing a collective), and the
+// bucketed gradient sums overlapping backward (through a host-staged collective that claims to
+// overlap). The N-device equivalence and model-averaging checks live in conformance_training.cpp.
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
@@ -86,10 +87,14 @@ struct ThreadRendezvous {
 
 class ThreadGroupCollective : public Collective {
  public:
-  ThreadGroupCollective(std::vector<Device*> devices, ThreadRendezvous& rendezvous, bool capturable)
-      : devices_(std::move(devices)), rendezvous_(rendezvous), capturable_(capturable) {}
+  ThreadGroupCollective(std::vector<Device*> devices, ThreadRendezvous& rendezvous, bool capturable,
+                        bool overlaps = false)
+      : devices_(std::move(devices)), rendezvous_(rendezvous), capturable_(capturable),
+        overlaps_(overlaps) {}
   std::string name() const override { return "threads"; }
   bool capturable() const override { return capturable_; }
+  // Claimed only to lead the trainer into its bucketed path; a start is a whole sum (default).
+  bool overlaps() const override { return overlaps_; }
   void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
     const size_t n = static_cast<size_t>(count);
     std::vector<float> local(n, 0.0f), part(n);
@@ -105,7 +110,34 @@ class ThreadGroupCollective : public Collective {
  private:
   std::vector<Device*> devices_;
   ThreadRendezvous& rendezvous_;
-  bool capturable_;
+  bool capturable_, overlaps_;
+};
+
+// Host staging behind the bucketed interface, claiming to overlap so that the trainer takes its
+// bucketed path on CPU devices; records every started range (of the first device's buffer).
+class RecordingBucketCollective : public Collective {
+ public:
+  struct Start {
+    DeviceMemory memory;
+    int64_t count;
+  };
+  explicit RecordingBucketCollective(const std::vector<Device*>& devices)
+      : host_(make_host_staged_collective(devices)) {}
+  std::string name() const override { return "host, in buckets"; }
+  bool overlaps() const override { return true; }
+  void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
+    host_->all_reduce_sum(buffers, count);
+  }
+  void start_all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
+    starts.push_back({buffers.at(0), count});
+    host_->all_reduce_sum(buffers, count);
+  }
+  void finish_all_reduces() override { ++finishes; }
+  std::vector<Start> starts;
+  int64_t finishes = 0;
+
+ private:
+  std::unique_ptr<Collective> host_;
 };
 
 // Trains `epochs` epochs as `processes` simulated processes (one thread each, `per_process`
@@ -114,9 +146,11 @@ struct GroupRun {
   std::vector<float> weights;
   std::vector<double> losses;
   std::vector<std::vector<float>> all_weights;  // every process's
+  int reduce_calls = 0;                         // sums across the processes, all counted
 };
 GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, TrainOptions o,
-                            int epochs, const MnistSplits& data, bool capturable) {
+                            int epochs, const MnistSplits& data, bool capturable,
+                            bool overlaps = false) {
   ThreadRendezvous rendezvous(processes);
   const size_t per_process = devices.size() / static_cast<size_t>(processes);
   GroupRun run;
@@ -132,7 +166,7 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
         mine.process_rank = p;
         mine.collective = [&](const std::vector<Device*>& local) {
           return std::unique_ptr<Collective>(
-              new ThreadGroupCollective(local, rendezvous, capturable));
+              new ThreadGroupCollective(local, rendezvous, capturable, overlaps));
         };
         std::vector<Device*> local(devices.begin() + static_cast<long>(p * per_process),
                                    devices.begin() + static_cast<long>((p + 1) * per_process));
@@ -148,6 +182,7 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
     if (e) std::rethrow_exception(e);
   run.weights = run.all_weights[0];
   run.losses = losses[0];
+  run.reduce_calls = rendezvous.calls;
   for (int p = 1; p < processes; ++p) CHECK(losses[size_t(p)] == losses[0]);
   return run;
 }
@@ -162,7 +197,7 @@ std::vector<Device*> cuda_devices() {
 
 // Bound on weights after a few steps: float32 rounding amplified by training, larger with TF32.
 double gpu_weight_bound() {
-  const char* tf32 = std::getenv("TRIDENT_TF32");
+  const char* tf32 = std::getenv("TRIDENT_CUDA_TF32");  // the CUDA backend's switch
   return tf32 && std::string(tf32) == "1" ? 5e-2 : 1e-3;
 }
 
@@ -196,6 +231,47 @@ TEST_CASE("data parallel: NCCL sums across CUDA devices", "[data-parallel][colle
   for (auto& b : buffers) CHECK(b.to_host() == want);  // small integers: exact in any order
 }
 
+TEST_CASE("data parallel: NCCL bucketed sums run beside later work and join before the update",
+          "[data-parallel][collective][cuda]") {
+  const std::vector<Device*> gpus = cuda_devices();
+  if (gpus.size() < 2) {
+    WARN("SKIPPED: fewer than 2 CUDA devices");
+    return;
+  }
+  auto collective = make_collective(gpus);
+  CHECK(collective->overlaps());
+  const int64_t n = 1 << 22;
+  std::vector<Tensor> buffers, others;
+  std::vector<float> want(static_cast<size_t>(n), 0.0f);
+  for (size_t d = 0; d < gpus.size(); ++d) {
+    std::vector<float> values(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) values[size_t(k)] = float((k * 5 + int64_t(d) * 7) % 97) - 48.0f;
+    for (int64_t k = 0; k < n; ++k) want[size_t(k)] += values[size_t(k)];
+    buffers.push_back(Tensor::from_host(*gpus[d], {n}, values));
+    others.push_back(Tensor::zeros(*gpus[d], {n}));
+  }
+  auto range = [&](int64_t begin) {
+    std::vector<DeviceMemory> memory;
+    for (auto& b : buffers) memory.push_back(b.memory().at(size_t(begin) * sizeof(float)));
+    return memory;
+  };
+  for (int round = 0; round < 2; ++round) {  // the streams and events are reused
+    std::vector<float> expected = want;
+    if (round == 1)
+      for (float& v : expected) v *= float(gpus.size());  // the sum of identical sums
+    collective->start_all_reduce_sum(range(n / 2), n - n / 2);  // the tail first, as backward
+    for (size_t d = 0; d < gpus.size(); ++d)  // other work on the compute stream meanwhile
+      gpus[d]->fill(others[d].memory(), n, float(round + 1));
+    collective->start_all_reduce_sum(range(0), n / 2);
+    collective->finish_all_reduces();
+    for (size_t d = 0; d < gpus.size(); ++d) {
+      CHECK(buffers[d].to_host() == expected);  // small integers: exact in any order
+      CHECK(others[d].to_host() == std::vector<float>(size_t(n), float(round + 1)));
+    }
+  }
+  collective->finish_all_reduces();  // nothing started: nothing to join
+}
+
 TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
           "[data-parallel][cuda]") {
   const std::vector<Device*> gpus = cuda_devices();
@@ -211,6 +287,7 @@ TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
       Trainer one({gpus[0]}, o, data);
       const double one_loss = one.train_epoch().train_loss;
       Trainer two(pair, o, data);
+      CHECK(two.overlaps_backward());  // NCCL: gradient buckets summed during backward
       const double two_loss = two.train_epoch().train_loss;
       INFO("collective " << two.collective_name());
       const double err = relative_max_error(two.network().parameters().to_host(),
@@ -218,6 +295,37 @@ TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
       INFO("max weight difference relative to the largest weight: " << err);
       CHECK(err < gpu_weight_bound());
       CHECK(two_loss == Approx(one_loss).epsilon(1e-3));
+    }
+  }
+}
+
+TEST_CASE("data parallel: on CUDA devices gradient buckets equal one sum after backward",
+          "[data-parallel][cuda][overlap]") {
+  const std::vector<Device*> gpus = cuda_devices();
+  if (gpus.size() < 2) {
+    WARN("SKIPPED: fewer than 2 CUDA devices");
+    return;
+  }
+  const std::vector<Device*> pair{gpus[0], gpus[1]};
+  const MnistSplits data = trident::testing::small_splits(800, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      TrainOptions o = small_options(model);
+      o.overlap = false;
+      Trainer once(pair, o, data);
+      REQUIRE_FALSE(once.overlaps_backward());
+      const double once_loss = once.train_epoch().train_loss;
+      o.overlap = true;
+      o.bucket_bytes = 1;  // a bucket per layer with parameters
+      Trainer buckets(pair, o, data);
+      REQUIRE(buckets.overlaps_backward());
+      const double buckets_loss = buckets.train_epoch().train_loss;
+      // Two ranks: every element is a + b either way; only a missed dependency could differ.
+      const double err = relative_max_error(buckets.network().parameters().to_host(),
+                                            once.network().parameters().to_host());
+      INFO("max weight difference relative to the largest weight: " << err);
+      CHECK(err < 1e-6);
+      CHECK(buckets_loss == Approx(once_loss).epsilon(1e-6));
     }
   }
 }
@@ -405,6 +513,108 @@ TEST_CASE("data parallel: two processes of two devices each, and averaging acros
   // A batch the 4 replicas cannot split is refused before anything runs.
   o.batch = 102;
   CHECK_THROWS_WITH(train_as_processes(four, 2, o, 1, data, false), Catch::Contains("multiple"));
+}
+
+TEST_CASE("data parallel: gradient sums started in buckets during backward equal one sum after it",
+          "[data-parallel][overlap]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  REQUIRE(pair.size() == 2);
+  const MnistSplits data = trident::testing::small_splits(800, 100);
+  // (model, layers with parameters): a bucket per such layer when buckets are tiny.
+  for (const auto& [model, parameter_layers] :
+       std::vector<std::pair<std::string, size_t>>{{"mlp", 2}, {"cnn", 4}}) {
+    for (const int64_t bucket_bytes : {int64_t(1), int64_t(1) << 30}) {
+      DYNAMIC_SECTION(model << ", buckets of " << bucket_bytes << " bytes or more") {
+        TrainOptions o = small_options(model);
+        Trainer plain(pair, o, data);  // host staging: one sum after backward, a thread per device
+        CHECK_FALSE(plain.overlaps_backward());
+        std::vector<double> plain_losses;
+        for (int e = 0; e < 2; ++e) plain_losses.push_back(plain.train_epoch().train_loss);
+
+        RecordingBucketCollective* recorder = nullptr;
+        o.bucket_bytes = bucket_bytes;
+        o.collective = [&](const std::vector<Device*>& devices) {
+          auto made = std::make_unique<RecordingBucketCollective>(devices);
+          recorder = made.get();
+          return std::unique_ptr<Collective>(std::move(made));
+        };
+        Trainer bucketed(pair, o, data);
+        REQUIRE(bucketed.overlaps_backward());
+        std::vector<double> bucketed_losses;
+        for (int e = 0; e < 2; ++e) bucketed_losses.push_back(bucketed.train_epoch().train_loss);
+        // The same float sums of the same gradients, only started earlier: bit for bit equal.
+        CHECK(bucketed.network().parameters().to_host() == plain.network().parameters().to_host());
+        CHECK(bucketed_losses == plain_losses);
+
+        // Every step: buckets from the buffer's tail down that cover it once, then one join.
+        const int64_t steps = bucketed.global_step();
+        REQUIRE(recorder != nullptr);
+        CHECK(recorder->finishes == steps);
+        const size_t per_step = bucket_bytes == 1 ? parameter_layers : 1;
+        REQUIRE(recorder->starts.size() == per_step * static_cast<size_t>(steps));
+        const DeviceMemory grads = bucketed.network().gradients().memory();
+        const size_t total = static_cast<size_t>(bucketed.network().parameter_count()) * 4;
+        for (size_t s = 0; s < static_cast<size_t>(steps); ++s) {
+          size_t end = grads.offset + total;
+          for (size_t b = 0; b < per_step; ++b) {
+            const RecordingBucketCollective::Start& start = recorder->starts[s * per_step + b];
+            INFO("step " << s << ", bucket " << b);
+            CHECK(start.memory.handle == grads.handle);
+            CHECK(start.memory.offset + static_cast<size_t>(start.count) * 4 == end);
+            end = start.memory.offset;
+          }
+          CHECK(end == grads.offset);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("data parallel: the bucketed sum can be turned off, and needs the per-step all-reduce",
+          "[data-parallel][overlap]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  const MnistSplits data = trident::testing::small_splits(400, 100);
+  TrainOptions o = small_options("mlp");
+  o.collective = [](const std::vector<Device*>& devices) {
+    return std::unique_ptr<Collective>(new RecordingBucketCollective(devices));
+  };
+  CHECK(Trainer(pair, o, data).overlaps_backward());
+  CHECK_FALSE(Trainer({pair[0]}, o, data).overlaps_backward());  // nothing to sum
+  TrainOptions off = o;
+  off.overlap = false;
+  CHECK_FALSE(Trainer(pair, off, data).overlaps_backward());
+  TrainOptions averaging = o;
+  averaging.average_every = 2;
+  CHECK_FALSE(Trainer(pair, averaging, data).overlaps_backward());
+  setenv("TRIDENT_OVERLAP", "0", 1);
+  const bool overlapped_with_env_off = Trainer(pair, o, data).overlaps_backward();
+  unsetenv("TRIDENT_OVERLAP");
+  CHECK_FALSE(overlapped_with_env_off);
+}
+
+TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer hooks)",
+          "[data-parallel][processes][overlap]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  REQUIRE(pair.size() == 2);
+  const MnistSplits data = trident::testing::small_splits(800, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    for (const bool capturable : {false, true}) {
+      DYNAMIC_SECTION(model << (capturable ? ", buckets inside the recorded step"
+                                           : ", buckets in an eager step")) {
+        TrainOptions o = small_options(model);
+        o.bucket_bytes = 1;  // a bucket per layer with parameters
+        const GroupRun once = train_as_processes(pair, 2, o, 2, data, capturable, false);
+        const GroupRun buckets = train_as_processes(pair, 2, o, 2, data, capturable, true);
+        CHECK(buckets.weights == once.weights);
+        CHECK(buckets.all_weights[1] == buckets.all_weights[0]);
+        CHECK(buckets.losses == once.losses);
+        CHECK(buckets.reduce_calls > once.reduce_calls);  // more, smaller sums
+      }
+    }
+  }
 }
 
 #ifdef TRIDENT_HAVE_MPI

@@ -96,13 +96,13 @@ class NcclCollective : public Collective {
     enqueue(buffers, count, compute);
   }
 
-  // Bucketed use, to overlap the sum with the rest of backward (not yet in core/collective.h:
-  // add `override` once the interface declares them, with defaults all_reduce_sum / nothing).
-  // start_all_reduce_sum queues the sum on each device's communication stream, after the work
-  // already queued on its compute stream, and returns; finish_all_reduces makes each compute
-  // stream wait for every sum started so far. Inside capture the event fork / join pulls the
-  // communication streams into the recorded graph.
-  void start_all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) {
+  // Bucketed use, to overlap the sum with the rest of backward. start_all_reduce_sum queues the
+  // sum on each device's communication stream, after the work already queued on its compute
+  // stream, and returns; finish_all_reduces makes each compute stream wait for every sum started
+  // so far. Inside capture the event fork / join pulls the communication streams into the
+  // recorded graph.
+  bool overlaps() const override { return true; }
+  void start_all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
     check_buffers(buffers);
     if (count <= 0) return;
     create_side_streams();
@@ -115,7 +115,7 @@ class NcclCollective : public Collective {
     enqueue(buffers, count, side_);
     started_ = true;
   }
-  void finish_all_reduces() {
+  void finish_all_reduces() override {
     if (!started_) return;
     for (size_t i = 0; i < devices_.size(); ++i) {
       const int ordinal = devices_[i]->ordinal();
