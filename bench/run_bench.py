@@ -149,8 +149,9 @@ def single_device(args, bench, python):
                                    "batch": r["batch"], "ratio": ratio})
                     line += f" | {impl} {ref['ms_per_step']:9.3f} ms {ref['samples_per_s']:11.0f}/s  x{ratio:.2f}"
             print(line)
-    print("\n== GEMM C[n,n] = A B (GFLOP/s; % of torch.matmul)")
     gemm = [r for r in records if r["bench"] == "gemm"]
+    if gemm:
+        print("\n== GEMM C[n,n] = A B (GFLOP/s; % of torch.matmul)")
     for n in sorted({r["size"] for r in gemm}):
         ref = next((r for r in gemm if r["size"] == n and r["impl"] == "pytorch"), None)
         line = f"n={n:5d}"
