@@ -148,6 +148,12 @@ def single_device(args, bench, python):
                     ratios.append({"bench": "train", "model": model, "device": r["device"], "against": impl,
                                    "batch": r["batch"], "ratio": ratio})
                     line += f" | {impl} {ref['ms_per_step']:9.3f} ms {ref['samples_per_s']:11.0f}/s  x{ratio:.2f}"
+            first = next(t for t in rows if t["impl"] == "trident")
+            if r is not first:  # e.g. opencl:0 against cuda:0 on the same GPU
+                ratio = r["samples_per_s"] / first["samples_per_s"]
+                ratios.append({"bench": "train", "model": model, "device": r["device"],
+                               "against": "trident " + first["device"], "batch": r["batch"], "ratio": ratio})
+                line += f" | {100 * ratio:.0f}% of {first['device']}"
             print(line)
     gemm = [r for r in records if r["bench"] == "gemm"]
     if gemm:
