@@ -245,7 +245,8 @@ TEST_CASE("data parallel: NCCL bucketed sums run beside later work and join befo
   std::vector<float> want(static_cast<size_t>(n), 0.0f);
   for (size_t d = 0; d < gpus.size(); ++d) {
     std::vector<float> values(static_cast<size_t>(n));
-    for (int64_t k = 0; k < n; ++k) values[size_t(k)] = float((k * 5 + int64_t(d) * 7) % 97) - 48.0f;
+    for (int64_t k = 0; k < n; ++k)
+      values[size_t(k)] = float((k * 5 + int64_t(d) * 7) % 97) - 48.0f;
     for (int64_t k = 0; k < n; ++k) want[size_t(k)] += values[size_t(k)];
     buffers.push_back(Tensor::from_host(*gpus[d], {n}, values));
     others.push_back(Tensor::zeros(*gpus[d], {n}));
