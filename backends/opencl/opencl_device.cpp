@@ -88,6 +88,7 @@ OpenClDevice::~OpenClDevice() {
     if (kernel) clReleaseKernel(kernel);
   if (program_) clReleaseProgram(program_);
   if (gemm_temp_) clReleaseMemObject(gemm_temp_);
+  if (split_k_) clReleaseMemObject(split_k_);
   clReleaseCommandQueue(queue_);
   clReleaseContext(context_);
 }

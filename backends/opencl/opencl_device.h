@@ -126,11 +126,13 @@ class OpenClDevice final : public Device {
   void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta, DeviceMemory c,
              size_t ldc);
-  // batch GEMMs C_i = op(A_i) op(B_i) (alpha 1, beta 0) with X_i = X + i * x_stride floats.
+  // batch GEMMs C_i = alpha op(A_i) op(B_i) (beta 0) with X_i = X + i * x_stride floats.
   void sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-                             DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b,
+                             float alpha, DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b,
                              size_t ldb, size_t b_stride, DeviceMemory c, size_t ldc,
                              size_t c_stride, size_t batch);
+  // Long-K GEMM with a small packed C as a split-K sum; false when the shape does not call for it.
+  bool split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb);
   void reap_uploads(bool wait);
 
   DeviceInfo info_;
@@ -148,6 +150,9 @@ class OpenClDevice final : public Device {
   // CLBlast's scratch for padded GEMMs, grown to the largest need and kept (no per-call malloc).
   cl_mem gemm_temp_ = nullptr;
   size_t gemm_temp_bytes_ = 0;
+  // split_k_gemm's partial products, grown to the largest need and kept.
+  cl_mem split_k_ = nullptr;
+  size_t split_k_bytes_ = 0;
   std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
                       size_t>, size_t> gemm_temp_sizes_;
 

@@ -1,6 +1,8 @@
 // Linear algebra: GEMM through CLBlast plus a fused bias/ReLU epilogue, bias gradients, axpby.
 #include <clblast.h>
 
+#include <algorithm>
+
 #include "backends/opencl/opencl_device.h"
 #include "core/error.h"
 
@@ -44,7 +46,7 @@ void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
 }
 
 void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n,
-                                         size_t k, DeviceMemory a, size_t lda, size_t a_stride,
+                                         size_t k, float alpha, DeviceMemory a, size_t lda, size_t a_stride,
                                          DeviceMemory b, size_t ldb, size_t b_stride,
                                          DeviceMemory c, size_t ldc, size_t c_stride,
                                          size_t batch) {
@@ -55,10 +57,43 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
   TRIDENT_CLBLAST_CHECK(
       clblast::GemmStridedBatched<float>(
           clblast::Layout::kRowMajor, trans_a ? Transpose::kYes : Transpose::kNo,
-          trans_b ? Transpose::kYes : Transpose::kNo, m, n, k, 1.0f, A.mem, A.offset, lda,
+          trans_b ? Transpose::kYes : Transpose::kNo, m, n, k, alpha, A.mem, A.offset, lda,
           a_stride, B.mem, B.offset, ldb, b_stride, 0.0f, C.mem, C.offset, ldc, c_stride, batch,
           &queue_, nullptr),
       label_);
+}
+
+// A long-K product with a small C (a 10-class head over 4096 features: 512x10x4096) runs on a
+// few work-groups as one GEMM. Split K into slices, one strided batched GEMM into partial C's
+// [S, M, N] kept in a persistent scratch, then C = beta C + their sum (the sum_rows kernel).
+bool OpenClDevice::split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb) {
+  constexpr size_t kMinK = 2048, kSliceK = 512, kMaxOutput = 16384, kMaxSlices = 16;
+  const size_t m = g.m, n = g.n, k = g.k;
+  if (k < kMinK || m * n > kMaxOutput) return false;
+  const size_t slices = std::min(k / kSliceK, kMaxSlices), slice_k = k / slices;
+  const size_t done = slices * slice_k, rows = slices + (k > done ? 1 : 0);
+  const size_t bytes = rows * m * n * sizeof(float);
+  if (bytes > split_k_bytes_) {
+    if (split_k_) clReleaseMemObject(split_k_);  // freed once queued GEMMs are done with it
+    split_k_ = nullptr;
+    split_k_bytes_ = 0;
+    split_k_ = static_cast<cl_mem>(raw_allocate(bytes));
+    split_k_bytes_ = bytes;
+  }
+  const DeviceMemory partial{split_k_, 0};
+  // Slice s of op(A) is columns [s*slice_k, ...): a step of slice_k elements along a row of A,
+  // or slice_k rows of the stored [K, M]; likewise rows of op(B).
+  const size_t a_step = g.trans_a ? slice_k * lda : slice_k;
+  const size_t b_step = g.trans_b ? slice_k : slice_k * ldb;
+  sgemm_strided_batched(g.trans_a, g.trans_b, m, n, slice_k, g.alpha, g.a, lda, a_step, g.b, ldb,
+                        b_step, partial, n, m * n, slices);
+  if (rows > slices)  // the tail slice
+    sgemm(g.trans_a, g.trans_b, m, n, k - done, g.alpha,
+          g.a.at((g.trans_a ? done * lda : done) * sizeof(float)), lda,
+          g.b.at((g.trans_b ? done : done * ldb) * sizeof(float)), ldb, 0.0f,
+          partial.at(slices * m * n * sizeof(float)), n);
+  sum_rows(partial, int64_t(rows), int64_t(m * n), g.c, g.beta);
+  return true;
 }
 
 void OpenClDevice::gemm(const GemmArgs& g) {
@@ -71,7 +106,8 @@ void OpenClDevice::gemm(const GemmArgs& g) {
   const size_t ldb = g.ldb ? g.ldb : (g.trans_b ? g.k : g.n);
   const size_t ldc = g.ldc ? g.ldc : g.n;
   const bool has_bias = g.bias && g.bias_kind != BiasKind::none;
-  if (g.k > 0)
+  const bool split = ldc == size_t(g.n) && split_k_gemm(g, lda, ldb);
+  if (g.k > 0 && !split)
     sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
   if (g.k > 0 && !has_bias && !g.relu) return;
   // C[M,N] (+ bias per column or per row), ReLU; with k == 0 also C = beta C (CLBlast refuses k=0).

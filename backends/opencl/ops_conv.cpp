@@ -112,9 +112,9 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
   } else {
     const size_t weights = size_t(d.out_channels) * d.patch, done = d.slices * d.slice_cols;
     const DeviceMemory partial = workspace.at((d.patch + d.out_channels) * d.cols * sizeof(float));
-    sgemm_strided_batched(false, true, d.out_channels, d.patch, d.slice_cols, product, d.cols,
-                          d.slice_cols, col, d.cols, d.slice_cols, partial, d.patch, weights,
-                          d.slices);
+    sgemm_strided_batched(false, true, d.out_channels, d.patch, d.slice_cols, 1.0f, product,
+                          d.cols, d.slice_cols, col, d.cols, d.slice_cols, partial, d.patch,
+                          weights, d.slices);
     if (d.cols > done)  // the tail slice
       sgemm(false, true, d.out_channels, d.patch, d.cols - done, 1.0f,
             product.at(done * sizeof(float)), d.cols, col.at(done * sizeof(float)), d.cols, 0.0f,
