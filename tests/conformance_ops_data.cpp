@@ -2,8 +2,10 @@
 // adam_update, fill, copy_on_device, and capture() replay, on every device against the reference.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/reference/reference_ops.h"
@@ -177,6 +179,28 @@ TEST_CASE("conformance: copy_on_device between offsets, any byte count",
       device->copy_on_device(ddst.memory().at(c.dst_offset), dsrc.memory().at(c.src_offset),
                              c.bytes);
       TRIDENT_CHECK_EXACT(download<uint8_t>(*device, ddst.memory(), want.size()), want);
+    }
+  }
+}
+
+TEST_CASE("conformance: host copies are ordered with queued ops and free the host buffer",
+          "[conformance][copy]") {
+  FOR_EACH_DEVICE(device) {
+    for (size_t n : {size_t(4), size_t(1) << 20}) {  // a small upload and a 4 MiB one
+      INFO("floats " << n);
+      const std::vector<float> first = random_floats(n, 1), second = random_floats(n, 2);
+      std::vector<float> relu_first(n);
+      reference::relu_forward(first.data(), relu_first.data(), int64_t(n));
+      std::vector<float> host = first;
+      Tensor x = Tensor::empty(*device, {int64_t(n) + 3});
+      Tensor y = Tensor::empty(*device, {int64_t(n)});
+      device->copy_from_host(x.memory().at(3 * sizeof(float)), host.data(), n * sizeof(float));
+      std::fill(host.begin(), host.end(), kNaN);  // reusable as soon as copy_from_host returns
+      device->relu_forward(x.memory().at(3 * sizeof(float)), y.memory(), int64_t(n));
+      // Queued after the relu: the relu must still see the first values.
+      device->copy_from_host(x.memory().at(3 * sizeof(float)), second.data(), n * sizeof(float));
+      TRIDENT_CHECK_EXACT(y.to_host(), relu_first);
+      TRIDENT_CHECK_EXACT(download(*device, x.memory().at(3 * sizeof(float)), n), second);
     }
   }
 }
