@@ -43,7 +43,10 @@ for stage in "$@"; do
       done ;;
     train-cuda) train cuda_mlp cuda mlp 25; train cuda_cnn cuda cnn 25 ;;
     train-opencl) train opencl_mlp opencl mlp 25; train opencl_cnn opencl cnn 25 ;;
-    bench) python3 bench/run_bench.py --bench "$BIN/trident_bench" --device cuda:0,opencl:0 \
+    bench)
+      # The OpenCL device that is a GPU (PoCL's CPU device may come first).
+      ocl=$("$BIN/trident" devices | awk '/^  opencl:[0-9]+/{id=$1} /type gpu/{if (id) {print id; exit}}')
+      python3 bench/run_bench.py --bench "$BIN/trident_bench" --device "cuda:0${ocl:+,$ocl}" \
              --results-dir "$OUT" 2>&1 | tail -n 40 ;;
     multi)
       "$BIN/trident_tests" "[data-parallel]" 2>&1 | tail -n 20
