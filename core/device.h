@@ -136,7 +136,8 @@ class Device {
 
   // ---- linear algebra ------------------------------------------------------------------------
   virtual void gemm(const GemmArgs& args) = 0;
-  // db[cols] = beta * db + sum over rows of dy[rows, cols] (the bias gradient of a Linear layer).
+  // db[cols] = beta * db + sum over rows of dy[rows, cols] (the bias gradient of a Linear layer);
+  // beta == 0 means db is not read (as C in gemm).
   virtual void sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db,
                         float beta) = 0;
   // y = a * x + b * y over n floats (gradient averaging, loss accumulation, weight averaging).
