@@ -120,9 +120,17 @@ def single_device(args, bench, python):
             trident = []
             for d in devices:
                 trident += run_json([bench] + (["--device", d] if d else []) + common_args(args) + unit)
+                # What the first device chose (mlp-big's batch, GEMM sizes) the others and PyTorch use too.
+                if "--no-train" in unit and not args.gemm_sizes:
+                    unit = unit + ["--gemm-sizes", ",".join(str(r["size"]) for r in trident)]
+                elif "--no-train" not in unit and not args.big_batch and trident:
+                    unit = unit + ["--big-batch", str(trident[0]["batch"])]
             keep_best(best, trident)
             if torch_device is None:  # PyTorch runs where Trident ran: CPU against CPU, GPUs against CUDA
-                torch_device = "cpu" if all(r["device"].startswith("cpu") for r in trident) else "cuda"
+                has_cuda = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
+                                          capture_output=True, text=True).stdout.strip() == "True"
+                on_cpu = all(r["device"].startswith("cpu") for r in trident)
+                torch_device = "cuda" if has_cuda and not on_cpu else "cpu"
             base = [python, os.path.join(HERE, "torch_reference.py"), "--device", torch_device]
             keep_best(best, run_json(base + common_args(args) + unit))
             if args.compile and "--no-train" not in unit:
