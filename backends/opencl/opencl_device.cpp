@@ -33,6 +33,8 @@ const char* const kBuildOptions = "-cl-std=CL1.2";
 // Uploads up to this size are staged in host memory and queued without waiting.
 constexpr size_t kStagedUploadLimit = size_t(64) << 20;
 
+}  // namespace
+
 std::string kernel_file_text(const char* name) {
 #ifdef TRIDENT_OPENCL_KERNELS_FROM_DISK
   const std::string path = std::string(TRIDENT_OPENCL_KERNEL_DIR) + "/" + name + ".cl";
@@ -51,6 +53,8 @@ std::string kernel_file_text(const char* name) {
   return text;
 #endif
 }
+
+namespace {
 
 std::string program_source() {
   std::string source;
@@ -78,6 +82,7 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
   if (status != CL_SUCCESS) clReleaseContext(context_);
   TRIDENT_CL_CHECK(status, label_);
   max_alloc_bytes_ = device_value<cl_ulong>(device_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+  own_gemm_mode_ = own_gemm_mode_from_env();
 }
 
 OpenClDevice::~OpenClDevice() {
@@ -87,6 +92,10 @@ OpenClDevice::~OpenClDevice() {
   for (cl_kernel kernel : kernels_)
     if (kernel) clReleaseKernel(kernel);
   if (program_) clReleaseProgram(program_);
+  for (int v = 0; v < kGemmVariants; ++v) {
+    if (gemm_kernels_[v]) clReleaseKernel(gemm_kernels_[v]);
+    if (gemm_programs_[v]) clReleaseProgram(gemm_programs_[v]);
+  }
   if (gemm_temp_) clReleaseMemObject(gemm_temp_);
   if (split_k_) clReleaseMemObject(split_k_);
   clReleaseCommandQueue(queue_);

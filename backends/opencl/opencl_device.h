@@ -17,6 +17,29 @@
 
 namespace trident::opencl {
 
+// The text of kernels/opencl/<name>.cl (embedded, or read from disk in a developer build).
+std::string kernel_file_text(const char* name);
+
+// When Device::gemm runs the own tiled kernel (gemm.cl) instead of CLBlast:
+// TRIDENT_OPENCL_OWN_GEMM=auto (default: products up to kOwnGemmAutoWork multiply-adds, where
+// CLBlast's per-call host work and its extra pad/transpose/epilogue launches cost more than its
+// faster large-matrix kernels gain), always, or never.
+enum class OwnGemmMode : int { auto_, always, never };
+OwnGemmMode own_gemm_mode_from_env();
+
+// One call of the own GEMM kernel: `batch` products C_i = alpha op(A_i) op(B_i) + beta C_i
+// (+ bias, ReLU), op(A)[i, p] = A[i * a_rs + p * a_cs], op(B)[p, j] = B[p * b_rs + j * b_cs],
+// operand i starting `*_batch` floats after operand i-1.
+struct TiledGemm {
+  size_t m = 0, n = 0, k = 0, batch = 1;
+  float alpha = 1.0f, beta = 0.0f;
+  DeviceMemory a, b, c;
+  size_t a_rs = 0, a_cs = 0, a_batch = 0, b_rs = 0, b_cs = 0, b_batch = 0, ldc = 0, c_batch = 0;
+  DeviceMemory bias;
+  int bias_kind = 0;  // 0 none, 1 per column, 2 per row
+  bool relu = false;
+};
+
 // Every kernel of the program; kKernelNames (opencl_device.cpp) holds their names in this order.
 enum class Kernel : int {
   relu_forward, relu_backward, axpby, gemm_epilogue, dropout,
@@ -134,6 +157,14 @@ class OpenClDevice final : public Device {
   // Long-K GEMM with a small packed C as a split-K sum; false when the shape does not call for it.
   bool split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb);
   void reap_uploads(bool wait);
+  // Runs `t` on the own tiled kernel and returns true, or returns false (nothing queued) when the
+  // mode or the shape leaves it to CLBlast.
+  bool tiled_gemm(const TiledGemm& t);
+  // The same as sgemm / sgemm_strided_batched's arguments, as a TiledGemm.
+  static TiledGemm tiled_args(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                              float alpha, DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb,
+                              float beta, DeviceMemory c, size_t ldc);
+  cl_kernel gemm_kernel(int variant);
 
   DeviceInfo info_;
   std::string label_;
@@ -146,6 +177,13 @@ class OpenClDevice final : public Device {
   std::once_flag program_once_;
   cl_program program_ = nullptr;
   std::vector<cl_kernel> kernels_;
+
+  // The own GEMM kernel, one program per tile shape (ops_gemm_tiled.cpp), built on first use.
+  static constexpr int kGemmVariants = 3;
+  OwnGemmMode own_gemm_mode_ = OwnGemmMode::auto_;
+  std::once_flag gemm_once_[kGemmVariants];
+  cl_program gemm_programs_[kGemmVariants] = {};
+  cl_kernel gemm_kernels_[kGemmVariants] = {};
 
   // CLBlast's scratch for padded GEMMs, grown to the largest need and kept (no per-call malloc).
   cl_mem gemm_temp_ = nullptr;

@@ -1,4 +1,5 @@
-// Linear algebra: GEMM through CLBlast plus a fused bias/ReLU epilogue, bias gradients, axpby.
+// Linear algebra: GEMM through the own tiled kernel (small and medium products, bias and ReLU
+// fused) or CLBlast plus an epilogue kernel (large products), bias gradients, axpby.
 #include <clblast.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@ namespace trident::opencl {
 void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                          DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
                          DeviceMemory c, size_t ldc) {
+  if (tiled_gemm(tiled_args(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)))
+    return;
   using clblast::Transpose;
   const BufferArg A = buffer(a, sizeof(float), "GEMM A");
   const BufferArg B = buffer(b, sizeof(float), "GEMM B");
@@ -50,6 +53,12 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
                                          DeviceMemory b, size_t ldb, size_t b_stride,
                                          DeviceMemory c, size_t ldc, size_t c_stride,
                                          size_t batch) {
+  TiledGemm t = tiled_args(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+  t.batch = batch;
+  t.a_batch = a_stride;
+  t.b_batch = b_stride;
+  t.c_batch = c_stride;
+  if (tiled_gemm(t)) return;
   using clblast::Transpose;
   const BufferArg A = buffer(a, sizeof(float), "batched GEMM A");
   const BufferArg B = buffer(b, sizeof(float), "batched GEMM B");
@@ -107,6 +116,14 @@ void OpenClDevice::gemm(const GemmArgs& g) {
   const size_t ldc = g.ldc ? g.ldc : g.n;
   const bool has_bias = g.bias && g.bias_kind != BiasKind::none;
   const bool split = ldc == size_t(g.n) && split_k_gemm(g, lda, ldb);
+  if (!split) {  // one launch with bias and ReLU fused, when the own kernel takes this shape
+    TiledGemm t = tiled_args(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb,
+                             g.beta, g.c, ldc);
+    t.bias = has_bias ? g.bias : DeviceMemory{};
+    t.bias_kind = !has_bias ? 0 : g.bias_kind == BiasKind::per_column ? 1 : 2;
+    t.relu = g.relu;
+    if (tiled_gemm(t)) return;
+  }
   if (g.k > 0 && !split)
     sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
   if (g.k > 0 && !has_bias && !g.relu) return;

@@ -1,0 +1,104 @@
+// Tiled SGEMM with a fused epilogue, built once per tile shape (-DTS_M=.. -DTS_N=.. -DTS_K=..).
+//
+// C[M,N] = alpha op(A) op(B) + beta C (+ bias per column / per row) (ReLU), for `batch` GEMMs at
+// once (get_group_id(2) is the batch index, each operand stepping by its batch stride).
+// op(A)[i, p] = a[i * a_rs + p * a_cs] and op(B)[p, j] = b[p * b_rs + j * b_cs]: the host turns
+// transposes and leading dimensions into these two strides, so one kernel serves all four cases.
+// A work-group of 16 x 16 work-items computes a TS_M x TS_N tile of C; work-item (tx, ty) owns
+// rows ty*WPT_M .. +WPT_M (contiguous: its A values in local memory are neighbours) and columns
+// tx, tx+16, .. (strided: a half-warp reads 16 neighbouring B values, and stores to C coalesce).
+// Indices inside one matrix are int: the host only calls this when they fit in 31 bits.
+
+#ifndef TS_M
+#define TS_M 64
+#endif
+#ifndef TS_N
+#define TS_N 64
+#endif
+#ifndef TS_K
+#define TS_K 16
+#endif
+#define GEMM_SIDE 16
+#define GEMM_THREADS (GEMM_SIDE * GEMM_SIDE)
+#define WPT_M (TS_M / GEMM_SIDE)
+#define WPT_N (TS_N / GEMM_SIDE)
+#define A_LOADS (TS_M * TS_K / GEMM_THREADS)
+#define B_LOADS (TS_N * TS_K / GEMM_THREADS)
+// Rows of the local tiles are padded by 4 floats: stores along K then spread over the banks,
+// and every row still starts 16-byte aligned (vector reads of the A micro-tile).
+#define A_ROW (TS_M + 4)
+#define B_ROW (TS_N + 4)
+
+__kernel __attribute__((reqd_work_group_size(GEMM_SIDE, GEMM_SIDE, 1)))
+void gemm_tiled(uint m, uint n, uint k,
+                __global const float* a, ulong a_off, int a_rs, int a_cs, ulong a_batch,
+                __global const float* b, ulong b_off, int b_rs, int b_cs, ulong b_batch,
+                __global float* c, ulong c_off, int ldc, ulong c_batch, float alpha, float beta,
+                __global const float* bias, ulong bias_off, int bias_kind, int relu) {
+  __local float As[TS_K * A_ROW];  // As[p * A_ROW + i] = op(A)[row0 + i, p0 + p]
+  __local float Bs[TS_K * B_ROW];  // Bs[p * B_ROW + j] = op(B)[p0 + p, col0 + j]
+  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * GEMM_SIDE + tx;
+  const int row0 = get_group_id(1) * TS_M, col0 = get_group_id(0) * TS_N;
+  const ulong batch = get_group_id(2);
+  a += a_off + batch * a_batch;
+  b += b_off + batch * b_batch;
+  c += c_off + batch * c_batch;
+  const int M = m, N = n, K = k;
+  // Which way neighbouring work-items walk when loading: along the operand's contiguous axis.
+  const bool a_along_k = a_cs == 1, b_along_n = b_cs == 1;
+
+  float acc[WPT_M][WPT_N];
+#pragma unroll
+  for (int i = 0; i < WPT_M; ++i)
+#pragma unroll
+    for (int j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
+
+  for (int p0 = 0; p0 < K; p0 += TS_K) {
+#pragma unroll
+    for (int l = 0; l < A_LOADS; ++l) {
+      const int e = tid + l * GEMM_THREADS;
+      const int i = a_along_k ? e / TS_K : e % TS_M, p = a_along_k ? e % TS_K : e / TS_M;
+      const int gi = row0 + i, gp = p0 + p;
+      As[p * A_ROW + i] = (gi < M && gp < K) ? a[gi * a_rs + gp * a_cs] : 0.0f;
+    }
+#pragma unroll
+    for (int l = 0; l < B_LOADS; ++l) {
+      const int e = tid + l * GEMM_THREADS;
+      const int j = b_along_n ? e % TS_N : e / TS_K, p = b_along_n ? e / TS_N : e % TS_K;
+      const int gj = col0 + j, gp = p0 + p;
+      Bs[p * B_ROW + j] = (gj < N && gp < K) ? b[gp * b_rs + gj * b_cs] : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int p = 0; p < TS_K; ++p) {
+      float af[WPT_M], bf[WPT_N];
+#pragma unroll
+      for (int i = 0; i < WPT_M; ++i) af[i] = As[p * A_ROW + ty * WPT_M + i];
+#pragma unroll
+      for (int j = 0; j < WPT_N; ++j) bf[j] = Bs[p * B_ROW + tx + j * GEMM_SIDE];
+#pragma unroll
+      for (int i = 0; i < WPT_M; ++i)
+#pragma unroll
+        for (int j = 0; j < WPT_N; ++j) acc[i][j] = fma(af[i], bf[j], acc[i][j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+  // Epilogue: alpha, beta C (beta == 0 never reads C), bias, ReLU.
+#pragma unroll
+  for (int i = 0; i < WPT_M; ++i) {
+    const int gi = row0 + ty * WPT_M + i;
+    if (gi >= M) break;
+#pragma unroll
+    for (int j = 0; j < WPT_N; ++j) {
+      const int gj = col0 + tx + j * GEMM_SIDE;
+      if (gj >= N) break;
+      const int at = gi * ldc + gj;
+      float v = alpha * acc[i][j];
+      if (beta != 0.0f) v += beta * c[at];
+      if (bias_kind == 1) v += bias[bias_off + gj];
+      else if (bias_kind == 2) v += bias[bias_off + gi];
+      c[at] = relu ? fmax(v, 0.0f) : v;
+    }
+  }
+}
