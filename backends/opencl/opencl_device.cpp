@@ -82,7 +82,6 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
   if (status != CL_SUCCESS) clReleaseContext(context_);
   TRIDENT_CL_CHECK(status, label_);
   max_alloc_bytes_ = device_value<cl_ulong>(device_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
-  own_gemm_mode_ = own_gemm_mode_from_env();
 }
 
 OpenClDevice::~OpenClDevice() {

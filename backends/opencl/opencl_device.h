@@ -21,11 +21,15 @@ namespace trident::opencl {
 std::string kernel_file_text(const char* name);
 
 // When Device::gemm runs the own tiled kernel (gemm.cl) instead of CLBlast:
-// TRIDENT_OPENCL_OWN_GEMM=auto (default: products up to kOwnGemmAutoWork multiply-adds, where
-// CLBlast's per-call host work and its extra pad/transpose/epilogue launches cost more than its
-// faster large-matrix kernels gain), always, or never.
+// TRIDENT_OPENCL_OWN_GEMM=auto (default: products up to 2^30 multiply-adds, where CLBlast's
+// per-call host work and its extra pad/transpose/epilogue launches cost more than its faster
+// large-matrix kernels gain), always, never, or a number (the largest m*n*k*batch it takes).
 enum class OwnGemmMode : int { auto_, always, never };
-OwnGemmMode own_gemm_mode_from_env();
+struct OwnGemmPolicy {
+  OwnGemmMode mode;
+  double max_work;  // auto: the largest m*n*k*batch for the own kernel
+};
+OwnGemmPolicy own_gemm_policy_from_env();
 
 // One call of the own GEMM kernel: `batch` products C_i = alpha op(A_i) op(B_i) + beta C_i
 // (+ bias, ReLU), op(A)[i, p] = A[i * a_rs + p * a_cs], op(B)[p, j] = B[p * b_rs + j * b_cs],
@@ -180,7 +184,6 @@ class OpenClDevice final : public Device {
 
   // The own GEMM kernel, one program per tile shape (ops_gemm_tiled.cpp), built on first use.
   static constexpr int kGemmVariants = 3;
-  OwnGemmMode own_gemm_mode_ = OwnGemmMode::auto_;
   std::once_flag gemm_once_[kGemmVariants];
   cl_program gemm_programs_[kGemmVariants] = {};
   cl_kernel gemm_kernels_[kGemmVariants] = {};

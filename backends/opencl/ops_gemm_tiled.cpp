@@ -30,7 +30,9 @@ size_t groups_for(const GemmTile& tile, const TiledGemm& t) {
   return (t.m + tile.m - 1) / tile.m * ((t.n + tile.n - 1) / tile.n) * t.batch;
 }
 
-// The largest tile that still gives every compute unit a work-group; TRIDENT_OPENCL_GEMM_TILE
+// The largest tile that still gives half the compute units a work-group (a larger tile does
+// more multiply-adds per local-memory read, and its loads are prefetched, so one work-group per
+// compute unit is not starved); TRIDENT_OPENCL_GEMM_TILE
 // (32, 64 or 128) forces one (tests use it to run every variant).
 int pick_variant(const TiledGemm& t, int compute_units) {
   const long forced = env_int("TRIDENT_OPENCL_GEMM_TILE", 0, 0, 128);
@@ -39,7 +41,7 @@ int pick_variant(const TiledGemm& t, int compute_units) {
   if (forced != 0)
     throw UsageError("TRIDENT_OPENCL_GEMM_TILE=" + std::to_string(forced) +
                      " is not a tile size; use 32, 64 or 128 (or leave it unset)");
-  const size_t wanted = size_t(std::max(compute_units, 1));
+  const size_t wanted = size_t(std::max(compute_units / 2, 1));
   for (int v = 2; v > 0; --v)
     if (groups_for(kTiles[v], t) >= wanted) return v;
   return 0;
@@ -55,13 +57,17 @@ bool fits_int(size_t rows, size_t row_stride, size_t cols, size_t col_stride) {
 
 }  // namespace
 
-OwnGemmMode own_gemm_mode_from_env() {
+OwnGemmPolicy own_gemm_policy_from_env() {
   const auto value = env_string("TRIDENT_OPENCL_OWN_GEMM");
-  if (!value || *value == "auto") return OwnGemmMode::auto_;
-  if (*value == "always") return OwnGemmMode::always;
-  if (*value == "never") return OwnGemmMode::never;
+  if (!value || *value == "auto") return {OwnGemmMode::auto_, kOwnGemmAutoWork};
+  if (*value == "always") return {OwnGemmMode::always, 0.0};
+  if (*value == "never") return {OwnGemmMode::never, 0.0};
+  char* end = nullptr;
+  const double limit = std::strtod(value->c_str(), &end);
+  if (end && *end == '\0' && limit > 0.0) return {OwnGemmMode::auto_, limit};
   throw UsageError("TRIDENT_OPENCL_OWN_GEMM='" + *value +
-                   "' is not understood; use auto (the default), always or never");
+                   "' is not understood; use auto (the default), always, never, or the largest "
+                   "m*n*k*batch the own kernel should take (e.g. 4e9)");
 }
 
 cl_kernel OpenClDevice::gemm_kernel(int variant) {
@@ -97,13 +103,13 @@ TiledGemm OpenClDevice::tiled_args(bool trans_a, bool trans_b, size_t m, size_t 
 }
 
 bool OpenClDevice::tiled_gemm(const TiledGemm& t) {
-  const OwnGemmMode mode = own_gemm_mode_from_env();
-  if (mode == OwnGemmMode::never) return false;
+  const OwnGemmPolicy policy = own_gemm_policy_from_env();
+  if (policy.mode == OwnGemmMode::never) return false;
   if (t.m == 0 || t.n == 0 || t.batch == 0) return true;
   const double work = double(t.m) * double(t.n) * double(std::max<size_t>(t.k, 1)) * t.batch;
-  if (mode == OwnGemmMode::auto_ && work > kOwnGemmAutoWork) return false;
+  if (policy.mode == OwnGemmMode::auto_ && work > policy.max_work) return false;
   if (!fits_int(t.m, t.a_rs, t.k, t.a_cs) || !fits_int(t.k, t.b_rs, t.n, t.b_cs) ||
-      !fits_int(t.m, t.ldc, t.n, 1))
+      !fits_int(t.m, t.ldc, t.n, 1) || t.k > size_t(INT_MAX / 2))
     return false;  // CLBlast takes matrices whose indices need 64 bits
   const int variant = pick_variant(t, info_.compute_units);
   const GemmTile& tile = kTiles[variant];

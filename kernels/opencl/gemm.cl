@@ -53,22 +53,47 @@ void gemm_tiled(uint m, uint n, uint k,
 #pragma unroll
     for (int j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
 
+  // The next K-slice's A and B values are loaded into registers while the current one is
+  // multiplied out of local memory, so the global load latency hides behind the FMAs even with
+  // one work-group per compute unit.
+  float a_next[A_LOADS], b_next[B_LOADS];
+#define LOAD_A(P0)                                                                             \
+  for (int l = 0; l < A_LOADS; ++l) {                                                          \
+    const int e = tid + l * GEMM_THREADS;                                                      \
+    const int i = a_along_k ? e / TS_K : e % TS_M, p = a_along_k ? e % TS_K : e / TS_M;        \
+    const int gi = row0 + i, gp = (P0) + p;                                                    \
+    a_next[l] = (gi < M && gp < K) ? a[gi * a_rs + gp * a_cs] : 0.0f;                          \
+  }
+#define LOAD_B(P0)                                                                             \
+  for (int l = 0; l < B_LOADS; ++l) {                                                          \
+    const int e = tid + l * GEMM_THREADS;                                                      \
+    const int j = b_along_n ? e % TS_N : e / TS_K, p = b_along_n ? e / TS_N : e % TS_K;        \
+    const int gj = col0 + j, gp = (P0) + p;                                                    \
+    b_next[l] = (gj < N && gp < K) ? b[gp * b_rs + gj * b_cs] : 0.0f;                          \
+  }
+#pragma unroll
+  LOAD_A(0)
+#pragma unroll
+  LOAD_B(0)
   for (int p0 = 0; p0 < K; p0 += TS_K) {
 #pragma unroll
     for (int l = 0; l < A_LOADS; ++l) {
       const int e = tid + l * GEMM_THREADS;
       const int i = a_along_k ? e / TS_K : e % TS_M, p = a_along_k ? e % TS_K : e / TS_M;
-      const int gi = row0 + i, gp = p0 + p;
-      As[p * A_ROW + i] = (gi < M && gp < K) ? a[gi * a_rs + gp * a_cs] : 0.0f;
+      As[p * A_ROW + i] = a_next[l];
     }
 #pragma unroll
     for (int l = 0; l < B_LOADS; ++l) {
       const int e = tid + l * GEMM_THREADS;
       const int j = b_along_n ? e % TS_N : e / TS_K, p = b_along_n ? e / TS_N : e % TS_K;
-      const int gj = col0 + j, gp = p0 + p;
-      Bs[p * B_ROW + j] = (gj < N && gp < K) ? b[gp * b_rs + gj * b_cs] : 0.0f;
+      Bs[p * B_ROW + j] = b_next[l];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    // Past the end every load is masked to 0: no branch around them.
+#pragma unroll
+    LOAD_A(p0 + TS_K)
+#pragma unroll
+    LOAD_B(p0 + TS_K)
 #pragma unroll
     for (int p = 0; p < TS_K; ++p) {
       float af[WPT_M], bf[WPT_N];
@@ -83,6 +108,8 @@ void gemm_tiled(uint m, uint n, uint k,
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+#undef LOAD_A
+#undef LOAD_B
 
   // Epilogue: alpha, beta C (beta == 0 never reads C), bias, ReLU.
 #pragma unroll
