@@ -18,10 +18,9 @@ namespace {
 
 // Blocking, sized for ~32 KiB L1 / 1 MiB L2 per core: a kc x nr B micro-panel stays in L1 while
 // the ir loop streams mc x kc of packed A out of L2; a task's kc x nc slab of B stays in L2/L3.
-static int64_t envi(const char* n, int64_t d) { const char* v = std::getenv(n); return v ? std::atoll(v) : d; }
-int64_t kKC = envi("KC", 256);
-int64_t kMC = envi("MC", 144);
-int64_t kNC = envi("NC", 1536);
+constexpr int64_t kKC = 256;
+constexpr int64_t kMC = 144;
+constexpr int64_t kNC = 1536;
 // Below this many flops one thread does it all: a parallel_for costs a few microseconds.
 constexpr double kSerialFlops = 3.0e6;
 // Packed copies of A and of B are capped at this many floats each (larger problems are cut
