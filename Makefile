@@ -23,7 +23,9 @@ build:
 	cmake --build $(BUILD) -j $(JOBS)
 
 bench: build
-	python3 bench/run_bench.py --build $(BUILD)
+	bash scripts/install_deps.sh --bench
+	/usr/bin/python3 bench/run_bench.py --bench $(BUILD)/bench/trident_bench --rounds 2
+	/usr/bin/python3 bench/plot_results.py
 
 clean:
 	rm -rf $(BUILD)

@@ -5,6 +5,11 @@ set -euo pipefail
 packages=(cmake ninja-build g++ make libtbb-dev zlib1g-dev catch2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
           libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+# --bench: also what bench/run_bench.py compares against and plots with: PyTorch on OpenBLAS
+# (without libopenblas0-pthread Debian's PyTorch falls back to the reference BLAS) and matplotlib.
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(libopenblas0-pthread python3-torch python3-matplotlib)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
