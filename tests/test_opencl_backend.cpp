@@ -464,7 +464,7 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
       {65, 130, 47, 0.5f, 0.0f, BiasKind::per_column, true, 0, 3},    // edge tiles everywhere
       {129, 33, 257, -1.5f, 0.75f, BiasKind::per_row, false, 3, 1},   // beta, lda > cols
       {200, 70, 100, 1.0f, 0.0f, BiasKind::per_column, true, 0, 0},   // a seed-model shape
-      {37, 11, 2100, 1.0f, 0.5f, BiasKind::per_column, false, 0, 5},  // split-K (batched kernel)
+      {37, 11, 2103, 1.0f, 0.5f, BiasKind::per_column, false, 0, 5},  // split-K, tail of 3
       {3, 300, 9, 2.0f, 1.0f, BiasKind::none, true, 5, 7},
   };
   const char* modes[][2] = {{"always", "32"}, {"always", "64"}, {"always", "128"},
@@ -479,7 +479,7 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
           for (bool tb : {false, true}) check_tiled_gemm(*device, c, ta, tb, seed += 10);
     }
   }
-  ScopedEnv bad("TRIDENT_OPENCL_OWN_GEMM", "sometimes");
+  ScopedEnv bad("TRIDENT_OPENCL_OWN_GEMM", "sometimes"), any_tile("TRIDENT_OPENCL_GEMM_TILE", nullptr);
   GemmArgs g;
   g.m = g.n = g.k = 1;
   const std::vector<float> one{1.0f};
@@ -488,5 +488,67 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
   g.c = y.memory();
   CHECK_THROWS_WITH(entry->devices.front()->gemm(g),
                     Catch::Contains("TRIDENT_OPENCL_OWN_GEMM='sometimes'"));
+}
+
+namespace {
+
+// conv2d forward and backward on `d` with TRIDENT_OPENCL_OWN_GEMM / _GEMM_TILE as set by the
+// caller: y, dx, dw, db in one vector.
+std::vector<float> conv_results(Device& d, const Conv2dShape& s) {
+  const int64_t x_size = s.batch * s.in_channels * s.height * s.width;
+  const int64_t w_size = s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
+  const int64_t y_size = s.batch * s.out_channels * s.out_height() * s.out_width();
+  testing::OffsetBuffer x(d, testing::random_floats(size_t(x_size), 1), 1),
+      w(d, testing::random_floats(size_t(w_size), 2), 2),
+      b(d, testing::random_floats(size_t(s.out_channels), 3), 3),
+      dy(d, testing::random_floats(size_t(y_size), 4), 1),
+      y(d, std::vector<float>(size_t(y_size)), 2), dx(d, std::vector<float>(size_t(x_size)), 3),
+      dw(d, std::vector<float>(size_t(w_size)), 1),
+      db(d, std::vector<float>(size_t(s.out_channels)), 2),
+      workspace(d, std::vector<float>(d.conv2d_workspace_bytes(s) / sizeof(float) + 1), 0);
+  d.conv2d_forward(s, x.memory(), w.memory(), b.memory(), y.memory(), workspace.memory());
+  d.conv2d_backward(s, x.memory(), w.memory(), dy.memory(), dx.memory(), dw.memory(),
+                    db.memory(), workspace.memory());
+  std::vector<float> all = y.values();
+  for (const auto* part : {&dx, &dw, &db}) {
+    const std::vector<float> v = part->values();
+    all.insert(all.end(), v.begin(), v.end());
+    CHECK(part->guard_damage() == 0);
+  }
+  CHECK(y.guard_damage() == 0);
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("opencl: convolutions through the own GEMM (NCHW epilogue, split-K tail in one launch)",
+          "[opencl][gemm][conv2d]") {
+  const auto* entry = opencl_entry();
+  if (!entry || entry->devices.empty()) {
+    WARN("SKIPPED: no OpenCL device");
+    return;
+  }
+  Conv2dShape strided;  // edge tiles, stride and padding, one GEMM for dW
+  strided.batch = 3; strided.in_channels = 2; strided.height = 9; strided.width = 11;
+  strided.out_channels = 5; strided.kernel_h = 3; strided.kernel_w = 4;
+  strided.stride = 2; strided.padding = 1;
+  Conv2dShape split;  // L = 7 * 23 * 23 = 3703: dW in 3 slices of 1234 plus a 1-column tail
+  split.batch = 7; split.in_channels = 1; split.height = 27; split.width = 27;
+  split.out_channels = 10; split.kernel_h = 5; split.kernel_w = 5;
+  for (const auto& device : entry->devices)
+    for (const Conv2dShape& shape : {strided, split}) {
+      std::vector<float> clblast;
+      {
+        ScopedEnv never("TRIDENT_OPENCL_OWN_GEMM", "never");
+        clblast = conv_results(*device, shape);
+      }
+      for (const char* tile : {"32", "64", "128"}) {
+        ScopedEnv always("TRIDENT_OPENCL_OWN_GEMM", "always"),
+            forced("TRIDENT_OPENCL_GEMM_TILE", tile);
+        INFO("tile " << tile << ", batch " << shape.batch);
+        TRIDENT_CHECK_CLOSE(conv_results(*device, shape), clblast,
+                            testing::dot_tolerance(*device, 3703));
+      }
+    }
 }
 #endif

@@ -21,13 +21,15 @@ namespace trident::opencl {
 std::string kernel_file_text(const char* name);
 
 // When Device::gemm runs the own tiled kernel (gemm.cl) instead of CLBlast:
-// TRIDENT_OPENCL_OWN_GEMM=auto (default: products up to 2^30 multiply-adds, where CLBlast's
-// per-call host work and its extra pad/transpose/epilogue launches cost more than its faster
-// large-matrix kernels gain), always, never, or a number (the largest m*n*k*batch it takes).
+// TRIDENT_OPENCL_OWN_GEMM=auto (default: on GPUs, products up to 2^30 multiply-adds, where
+// CLBlast's per-call host work and its extra pad/transpose/epilogue launches cost more than its
+// faster large-matrix kernels gain), always, never, or a number (the largest m*n*k*batch it
+// takes, on any device type).
 enum class OwnGemmMode : int { auto_, always, never };
 struct OwnGemmPolicy {
   OwnGemmMode mode;
-  double max_work;  // auto: the largest m*n*k*batch for the own kernel
+  double max_work;      // auto: the largest m*n*k*batch for the own kernel
+  bool explicit_limit;  // max_work came from the variable: any device type
 };
 OwnGemmPolicy own_gemm_policy_from_env();
 
@@ -36,6 +38,8 @@ OwnGemmPolicy own_gemm_policy_from_env();
 // operand i starting `*_batch` floats after operand i-1.
 struct TiledGemm {
   size_t m = 0, n = 0, k = 0, batch = 1;
+  size_t k_last = size_t(-1);  // K of the last batch entry (a split-K tail); -1: k
+  size_t c_plane = 0;          // > 0: C is a conv output [N, M, c_plane] (see gemm.cl)
   float alpha = 1.0f, beta = 0.0f;
   DeviceMemory a, b, c;
   size_t a_rs = 0, a_cs = 0, a_batch = 0, b_rs = 0, b_cs = 0, b_batch = 0, ldc = 0, c_batch = 0;
@@ -153,11 +157,12 @@ class OpenClDevice final : public Device {
   void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta, DeviceMemory c,
              size_t ldc);
-  // batch GEMMs C_i = alpha op(A_i) op(B_i) (beta 0) with X_i = X + i * x_stride floats.
+  // batch GEMMs C_i = alpha op(A_i) op(B_i) (beta 0) with X_i = X + i * x_stride floats; the
+  // last one multiplies k_last terms (a split-K tail; k_last == k: all alike).
   void sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                              float alpha, DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b,
                              size_t ldb, size_t b_stride, DeviceMemory c, size_t ldc,
-                             size_t c_stride, size_t batch);
+                             size_t c_stride, size_t batch, size_t k_last);
   // Long-K GEMM with a small packed C as a split-K sum; false when the shape does not call for it.
   bool split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb);
   void reap_uploads(bool wait);

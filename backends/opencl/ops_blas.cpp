@@ -49,16 +49,27 @@ void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
 }
 
 void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n,
-                                         size_t k, float alpha, DeviceMemory a, size_t lda, size_t a_stride,
-                                         DeviceMemory b, size_t ldb, size_t b_stride,
-                                         DeviceMemory c, size_t ldc, size_t c_stride,
-                                         size_t batch) {
+                                         size_t k, float alpha, DeviceMemory a, size_t lda,
+                                         size_t a_stride, DeviceMemory b, size_t ldb,
+                                         size_t b_stride, DeviceMemory c, size_t ldc,
+                                         size_t c_stride, size_t batch, size_t k_last) {
+  if (batch == 0) return;
   TiledGemm t = tiled_args(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
   t.batch = batch;
+  t.k_last = k_last;
   t.a_batch = a_stride;
   t.b_batch = b_stride;
   t.c_batch = c_stride;
   if (tiled_gemm(t)) return;
+  // CLBlast: the entries alike in one call, a different last one on its own.
+  const size_t alike = k_last == k ? batch : batch - 1;
+  if (k_last != k) {
+    const size_t last = batch - 1;
+    sgemm(trans_a, trans_b, m, n, k_last, alpha, a.at(last * a_stride * sizeof(float)), lda,
+          b.at(last * b_stride * sizeof(float)), ldb, 0.0f,
+          c.at(last * c_stride * sizeof(float)), ldc);
+  }
+  if (alike == 0) return;
   using clblast::Transpose;
   const BufferArg A = buffer(a, sizeof(float), "batched GEMM A");
   const BufferArg B = buffer(b, sizeof(float), "batched GEMM B");
@@ -67,7 +78,7 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
       clblast::GemmStridedBatched<float>(
           clblast::Layout::kRowMajor, trans_a ? Transpose::kYes : Transpose::kNo,
           trans_b ? Transpose::kYes : Transpose::kNo, m, n, k, alpha, A.mem, A.offset, lda,
-          a_stride, B.mem, B.offset, ldb, b_stride, 0.0f, C.mem, C.offset, ldc, c_stride, batch,
+          a_stride, B.mem, B.offset, ldb, b_stride, 0.0f, C.mem, C.offset, ldc, c_stride, alike,
           &queue_, nullptr),
       label_);
 }
@@ -94,13 +105,9 @@ bool OpenClDevice::split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb) {
   // or slice_k rows of the stored [K, M]; likewise rows of op(B).
   const size_t a_step = g.trans_a ? slice_k * lda : slice_k;
   const size_t b_step = g.trans_b ? slice_k : slice_k * ldb;
+  // The tail slice (k - done terms, starting at slice `slices`) is the last batch entry.
   sgemm_strided_batched(g.trans_a, g.trans_b, m, n, slice_k, g.alpha, g.a, lda, a_step, g.b, ldb,
-                        b_step, partial, n, m * n, slices);
-  if (rows > slices)  // the tail slice
-    sgemm(g.trans_a, g.trans_b, m, n, k - done, g.alpha,
-          g.a.at((g.trans_a ? done * lda : done) * sizeof(float)), lda,
-          g.b.at((g.trans_b ? done : done * ldb) * sizeof(float)), ldb, 0.0f,
-          partial.at(slices * m * n * sizeof(float)), n);
+                        b_step, partial, n, m * n, rows, rows > slices ? k - done : slice_k);
   sum_rows(partial, int64_t(rows), int64_t(m * n), g.c, g.beta);
   return true;
 }

@@ -2,7 +2,8 @@
 //
 // Workspace: col [C*KH*KW, L], product [OC, L], L = N*OH*OW (channel-major, see conv.cl), then
 // the split-K partial sums of dW [S, OC, CKK].
-// Forward:  col = im2col(x); product = W[OC, CKK] col; y = nchw(product) + b.
+// Forward:  col = im2col(x); y = nchw(W[OC, CKK] col) + b (one own-GEMM launch, or a CLBlast
+//           product and a layout pass).
 // Backward: col = im2col(x); product = dy in channel-major; dW = product col^T;
 //           db = row sums of product; col = W^T product (col is free again); dx = col2im(col).
 // dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x CKK is small), which
@@ -80,6 +81,13 @@ void OpenClDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMe
   launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
          buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
          d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
+  // The own GEMM writes y in NCHW with the bias added; CLBlast needs the product and a pass.
+  TiledGemm t = tiled_args(false, false, d.out_channels, d.cols, d.patch, 1.0f, w, d.patch, col,
+                           d.cols, 0.0f, y, d.cols);
+  t.c_plane = size_t(d.out_h) * d.out_w;
+  t.bias = b;
+  t.bias_kind = b ? 2 : 0;
+  if (tiled_gemm(t)) return;
   sgemm(false, false, d.out_channels, d.cols, d.patch, 1.0f, w, d.patch, col, d.cols, 0.0f,
         product, d.cols);
   launch(Kernel::conv_output_nchw, LaunchRange::items(d.out_channels * d.cols),
@@ -112,13 +120,11 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
   } else {
     const size_t weights = size_t(d.out_channels) * d.patch, done = d.slices * d.slice_cols;
     const DeviceMemory partial = workspace.at((d.patch + d.out_channels) * d.cols * sizeof(float));
+    // The tail slice (d.cols - done columns) is the last batch entry.
     sgemm_strided_batched(false, true, d.out_channels, d.patch, d.slice_cols, 1.0f, product,
                           d.cols, d.slice_cols, col, d.cols, d.slice_cols, partial, d.patch,
-                          weights, d.slices);
-    if (d.cols > done)  // the tail slice
-      sgemm(false, true, d.out_channels, d.patch, d.cols - done, 1.0f,
-            product.at(done * sizeof(float)), d.cols, col.at(done * sizeof(float)), d.cols, 0.0f,
-            partial.at(d.slices * weights * sizeof(float)), d.patch);
+                          weights, d.partial_rows(),
+                          d.cols > done ? d.cols - done : d.slice_cols);
     sum_rows(partial, int64_t(d.partial_rows()), int64_t(weights), dw, 0.0f);
   }
   if (db)

@@ -1,12 +1,15 @@
 // Tiled SGEMM with a fused epilogue, built once per tile shape (-DTS_M=.. -DTS_N=.. -DTS_K=..).
 //
 // C[M,N] = alpha op(A) op(B) + beta C (+ bias per column / per row) (ReLU), for `batch` GEMMs at
-// once (get_group_id(2) is the batch index, each operand stepping by its batch stride).
+// once (get_group_id(2) is the batch index, each operand stepping by its batch stride; the last
+// one multiplies k_last terms instead of k: the tail of a split-K product rides in the same launch).
 // op(A)[i, p] = a[i * a_rs + p * a_cs] and op(B)[p, j] = b[p * b_rs + j * b_cs]: the host turns
 // transposes and leading dimensions into these two strides, so one kernel serves all four cases.
 // A work-group of 16 x 16 work-items computes a TS_M x TS_N tile of C; work-item (tx, ty) owns
 // rows ty*WPT_M .. +WPT_M (contiguous: its A values in local memory are neighbours) and columns
 // tx, tx+16, .. (strided: a half-warp reads 16 neighbouring B values, and stores to C coalesce).
+// c_plane > 0 stores C[r, j] at c[(j / c_plane) * M * c_plane + r * c_plane + j % c_plane]: a
+// convolution's [OC, N*OH*OW] product written straight into its NCHW output (ldc unused).
 // Indices inside one matrix are int: the host only calls this when they fit in 31 bits.
 
 #ifndef TS_M
@@ -30,10 +33,11 @@
 #define B_ROW (TS_N + 4)
 
 __kernel __attribute__((reqd_work_group_size(GEMM_SIDE, GEMM_SIDE, 1)))
-void gemm_tiled(uint m, uint n, uint k,
+void gemm_tiled(uint m, uint n, uint k, uint k_last,
                 __global const float* a, ulong a_off, int a_rs, int a_cs, ulong a_batch,
                 __global const float* b, ulong b_off, int b_rs, int b_cs, ulong b_batch,
-                __global float* c, ulong c_off, int ldc, ulong c_batch, float alpha, float beta,
+                __global float* c, ulong c_off, int ldc, uint c_plane, ulong c_batch,
+                float alpha, float beta,
                 __global const float* bias, ulong bias_off, int bias_kind, int relu) {
   __local float As[TS_K * A_ROW];  // As[p * A_ROW + i] = op(A)[row0 + i, p0 + p]
   __local float Bs[TS_K * B_ROW];  // Bs[p * B_ROW + j] = op(B)[p0 + p, col0 + j]
@@ -43,7 +47,7 @@ void gemm_tiled(uint m, uint n, uint k,
   a += a_off + batch * a_batch;
   b += b_off + batch * b_batch;
   c += c_off + batch * c_batch;
-  const int M = m, N = n, K = k;
+  const int M = m, N = n, K = batch + 1 == get_num_groups(2) ? k_last : k;
   // Which way neighbouring work-items walk when loading: along the operand's contiguous axis.
   const bool a_along_k = a_cs == 1, b_along_n = b_cs == 1;
 
@@ -120,7 +124,8 @@ void gemm_tiled(uint m, uint n, uint k,
     for (int j = 0; j < WPT_N; ++j) {
       const int gj = col0 + tx + j * GEMM_SIDE;
       if (gj >= N) break;
-      const int at = gi * ldc + gj;
+      const int at = c_plane == 0 ? gi * ldc + gj
+                                  : (gj / c_plane) * M * c_plane + gi * c_plane + gj % c_plane;
       float v = alpha * acc[i][j];
       if (beta != 0.0f) v += beta * c[at];
       if (bias_kind == 1) v += bias[bias_off + gj];
