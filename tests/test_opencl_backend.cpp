@@ -551,4 +551,27 @@ TEST_CASE("opencl: convolutions through the own GEMM (NCHW epilogue, split-K tai
       }
     }
 }
+
+TEST_CASE("opencl: a step that reads back is not captured, and nothing of it runs",
+          "[opencl][capture]") {
+  Device* device = first_opencl_device();
+  if (!device) {
+    WARN("SKIPPED: no OpenCL device");
+    return;
+  }
+  const std::vector<float> zeros(4, 0.0f);
+  testing::OffsetBuffer buffer(*device, zeros, 1);
+  float host[4] = {};
+  std::unique_ptr<CapturedWork> work = device->capture([&] {
+    device->fill(buffer.memory(), 4, 1.0f);
+    device->copy_to_host(host, buffer.memory(), sizeof host);
+  });
+  CHECK(work == nullptr);
+  CHECK(buffer.values() == zeros);  // the recorded fill was dropped, not run
+  work = device->capture([&] { device->fill(buffer.memory(), 4, 2.0f); });
+  REQUIRE(work != nullptr);
+  CHECK(buffer.values() == zeros);  // capture records, replay runs
+  work->replay();
+  CHECK(buffer.values() == std::vector<float>(4, 2.0f));
+}
 #endif

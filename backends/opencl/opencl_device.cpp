@@ -122,11 +122,8 @@ void OpenClDevice::ensure_program() {
   });
 }
 
-void OpenClDevice::enqueue(Kernel kernel, const LaunchRange& range) {
-  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, kernels_[static_cast<int>(kernel)], range.dims,
-                                          nullptr, range.global, range.local, 0, nullptr,
-                                          nullptr),
-                   label_ + ", kernel " + kKernelNames[static_cast<int>(kernel)]);
+const char* OpenClDevice::kernel_name(Kernel kernel) {
+  return kKernelNames[static_cast<int>(kernel)];
 }
 
 BufferArg OpenClDevice::buffer(DeviceMemory m, size_t element_bytes, const char* what) const {
@@ -140,6 +137,7 @@ BufferArg OpenClDevice::buffer(DeviceMemory m, size_t element_bytes, const char*
 // ---- memory -------------------------------------------------------------------------------
 
 void* OpenClDevice::raw_allocate(size_t bytes) {
+  refuse_in_capture("raw_allocate");
   cl_int status = CL_SUCCESS;
   // Checked here: NVIDIA's driver allocates lazily and accepts even 1 PiB until first use.
   const bool too_large = max_alloc_bytes_ > 0 && bytes > max_alloc_bytes_;
@@ -159,6 +157,7 @@ void* OpenClDevice::raw_allocate(size_t bytes) {
 
 void OpenClDevice::raw_free(void* handle) noexcept {
   // The runtime keeps the buffer alive until queued commands that use it have finished.
+  if (handle) refuse_in_capture("raw_free");
   if (handle) clReleaseMemObject(static_cast<cl_mem>(handle));
 }
 
@@ -182,6 +181,7 @@ void OpenClDevice::reap_uploads(bool wait) {
 
 void OpenClDevice::copy_from_host(DeviceMemory dst, const void* host, size_t bytes) {
   if (bytes == 0) return;
+  refuse_in_capture("copy_from_host");
   reap_uploads(false);
   cl_mem mem = static_cast<cl_mem>(dst.handle);
   if (bytes > kStagedUploadLimit) {  // a data set: wait rather than hold a second host copy
@@ -199,6 +199,7 @@ void OpenClDevice::copy_from_host(DeviceMemory dst, const void* host, size_t byt
 }
 
 void OpenClDevice::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
+  refuse_in_capture("copy_to_host");
   if (bytes == 0) return synchronize();
   TRIDENT_CL_CHECK(clEnqueueReadBuffer(queue_, static_cast<cl_mem>(src.handle), CL_TRUE,
                                        src.offset, bytes, host, 0, nullptr, nullptr),
@@ -208,6 +209,7 @@ void OpenClDevice::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
 
 void OpenClDevice::copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
   if (bytes == 0) return;
+  if (record([=] { copy_on_device(dst, src, bytes); })) return;
   TRIDENT_CL_CHECK(clEnqueueCopyBuffer(queue_, static_cast<cl_mem>(src.handle),
                                        static_cast<cl_mem>(dst.handle), src.offset, dst.offset,
                                        bytes, 0, nullptr, nullptr),
@@ -216,6 +218,7 @@ void OpenClDevice::copy_on_device(DeviceMemory dst, DeviceMemory src, size_t byt
 
 void OpenClDevice::fill(DeviceMemory dst, int64_t count, float value) {
   if (count <= 0) return;
+  if (record([=] { fill(dst, count, value); })) return;
   const BufferArg target = buffer(dst, sizeof(float), "fill target");
   TRIDENT_CL_CHECK(clEnqueueFillBuffer(queue_, target.mem, &value, sizeof value, dst.offset,
                                        static_cast<size_t>(count) * sizeof(float), 0, nullptr,
@@ -224,6 +227,7 @@ void OpenClDevice::fill(DeviceMemory dst, int64_t count, float value) {
 }
 
 void OpenClDevice::synchronize() {
+  refuse_in_capture("synchronize");
   TRIDENT_CL_CHECK(clFinish(queue_), label_);
   reap_uploads(true);
 }

@@ -1,9 +1,10 @@
 // OpenClDevice: one OpenCL device behind the Device interface (one context, one in-order queue,
-// one program holding every kernel of kernels/opencl, GEMM through CLBlast).
+// one program holding the kernels of kernels/opencl, GEMM through an own tiled kernel or CLBlast).
 #pragma once
 #include <CL/cl.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,27 @@ struct LaunchRange {
   }
 };
 
+// A captured step (capture.cpp): kernel launches with their arguments set, in order, between
+// re-run host-side operations (CLBlast calls, fills, copies).
+struct CaptureRecording {
+  struct Step {
+    cl_kernel kernel = nullptr;  // null: `op` instead
+    cl_uint dims = 1;
+    size_t global[3] = {1, 1, 1}, local[3] = {1, 1, 1};
+    const char* name = "";
+    std::function<void()> op;
+  };
+  std::vector<Step> steps;
+  std::vector<cl_kernel> kernels;  // owned, one per launch; released with the recording
+  std::string failure;             // what the step called that cannot be captured ("" if none)
+  CaptureRecording() = default;
+  CaptureRecording(const CaptureRecording&) = delete;
+  CaptureRecording& operator=(const CaptureRecording&) = delete;
+  ~CaptureRecording() {
+    for (cl_kernel kernel : kernels) clReleaseKernel(kernel);
+  }
+};
+
 class OpenClDevice final : public Device {
  public:
   OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceInfo info);
@@ -98,6 +120,10 @@ class OpenClDevice final : public Device {
   void copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
   void fill(DeviceMemory dst, int64_t count, float value) override;
   void synchronize() override;
+
+  // Records the step's kernels with their arguments already set (one kernel object each) and
+  // its CLBlast calls, fills and copies; replay() only enqueues (capture.cpp).
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& step) override;
 
   void gemm(const GemmArgs& args) override;
   void sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db, float beta) override;
@@ -152,7 +178,20 @@ class OpenClDevice final : public Device {
   // Sets the arguments and enqueues; an empty range enqueues nothing.
   template <typename... Args>
   void launch(Kernel kernel, const LaunchRange& range, const Args&... args);
-  void enqueue(Kernel kernel, const LaunchRange& range);
+  // Enqueues `kernel` now, or records it while capturing (`name` is for error messages).
+  void submit(cl_kernel kernel, cl_uint dims, const size_t* global, const size_t* local,
+              const char* name);
+  // The kernel object to set arguments on: `shared`, or while capturing a fresh one from
+  // `program` owned by the recording (replays keep their own arguments).
+  cl_kernel kernel_for_launch(cl_program program, cl_kernel shared, const char* name);
+  // While capturing: records `op` to be run at replay and returns true; else returns false.
+  bool record(std::function<void()> op);
+  // While capturing: marks the capture as failed (`what` cannot be recorded); no-op otherwise.
+  void refuse_in_capture(const char* what) noexcept;
+  static const char* kernel_name(Kernel kernel);
+  void sgemm_clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                     DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
+                     DeviceMemory c, size_t ldc);
 
   void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta, DeviceMemory c,
@@ -202,6 +241,9 @@ class OpenClDevice final : public Device {
   std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
                       size_t>, size_t> gemm_temp_sizes_;
 
+  // The capture in progress (null when none): recorded work and the kernel objects it owns.
+  std::unique_ptr<CaptureRecording> recording_;
+
   // Host copies of small uploads in flight (copy_from_host returns before the write runs).
   struct Upload { cl_event done; std::unique_ptr<unsigned char[]> bytes; };
   std::vector<Upload> uploads_;
@@ -224,8 +266,10 @@ template <typename... Args>
 void OpenClDevice::launch(Kernel kernel, const LaunchRange& range, const Args&... args) {
   if (range.global[0] == 0 || range.global[1] == 0) return;
   ensure_program();
-  set_args(kernels_[static_cast<int>(kernel)], 0, args...);
-  enqueue(kernel, range);
+  const char* name = kernel_name(kernel);
+  cl_kernel k = kernel_for_launch(program_, kernels_[static_cast<int>(kernel)], name);
+  set_args(k, 0, args...);
+  submit(k, range.dims, range.global, range.local, name);
 }
 
 // Sizes the kernels index with 32-bit integers; larger ones are refused with a clear message.

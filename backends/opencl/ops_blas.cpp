@@ -14,6 +14,14 @@ void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
                          DeviceMemory c, size_t ldc) {
   if (tiled_gemm(tiled_args(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)))
     return;
+  if (record([=] { sgemm_clblast(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); }))
+    return;
+  sgemm_clblast(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void OpenClDevice::sgemm_clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                                 float alpha, DeviceMemory a, size_t lda, DeviceMemory b,
+                                 size_t ldb, float beta, DeviceMemory c, size_t ldc) {
   using clblast::Transpose;
   const BufferArg A = buffer(a, sizeof(float), "GEMM A");
   const BufferArg B = buffer(b, sizeof(float), "GEMM B");
@@ -74,6 +82,11 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
   const BufferArg A = buffer(a, sizeof(float), "batched GEMM A");
   const BufferArg B = buffer(b, sizeof(float), "batched GEMM B");
   const BufferArg C = buffer(c, sizeof(float), "batched GEMM C");
+  if (record([=] {
+        sgemm_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, a_stride, b, ldb,
+                              b_stride, c, ldc, c_stride, alike, k);
+      }))
+    return;
   TRIDENT_CLBLAST_CHECK(
       clblast::GemmStridedBatched<float>(
           clblast::Layout::kRowMajor, trans_a ? Transpose::kYes : Transpose::kNo,

@@ -23,6 +23,8 @@ const GemmTile kTiles[] = {
     {64, 64, 16, "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=16"},
     {128, 128, 8, "-cl-std=CL1.2 -DTS_M=128 -DTS_N=128 -DTS_K=8"},
 };
+const char* const kTileKernelNames[] = {"gemm_tiled (32x32 tiles)", "gemm_tiled (64x64 tiles)",
+                                        "gemm_tiled (128x128 tiles)"};
 constexpr size_t kGemmSide = 16;  // work-groups are 16 x 16 (gemm.cl's GEMM_SIDE)
 // Auto mode: products up to this many multiply-adds (a 512x512x4096 GEMM; the seed models' and
 // the convolutions' GEMMs are far below, mlp-big's 4096-wide layers above) use the own kernel.
@@ -129,7 +131,8 @@ bool OpenClDevice::tiled_gemm(const TiledGemm& t) {
                             (t.m + tile.m - 1) / tile.m * kGemmSide, t.batch};
   const size_t local[3] = {kGemmSide, kGemmSide, 1};
   if (global[0] > UINT_MAX || global[1] > UINT_MAX || t.batch > UINT_MAX) return false;
-  cl_kernel kernel = gemm_kernel(variant);
+  const cl_kernel shared = gemm_kernel(variant);  // builds the program on first use
+  cl_kernel kernel = kernel_for_launch(gemm_programs_[variant], shared, "gemm_tiled");
   const bool has_bias = t.bias && t.bias_kind != 0;
   const size_t k_last = t.k_last == size_t(-1) ? t.k : t.k_last;
   set_args(kernel, 0, checked_u32(int64_t(t.m), "gemm m"), checked_u32(int64_t(t.n), "gemm n"),
@@ -141,10 +144,7 @@ bool OpenClDevice::tiled_gemm(const TiledGemm& t) {
            checked_u32(int64_t(t.c_plane), "conv plane"), cl_ulong(t.c_batch), t.alpha, t.beta,
            has_bias ? buffer(t.bias, sizeof(float), "bias") : BufferArg{},
            cl_int(has_bias ? t.bias_kind : 0), cl_int(t.relu));
-  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, kernel, 3, nullptr, global, local, 0, nullptr,
-                                          nullptr),
-                   label_ + ", kernel gemm_tiled (" + std::to_string(tile.m) + "x" +
-                       std::to_string(tile.n) + " tiles)");
+  submit(kernel, 3, global, local, kTileKernelNames[variant]);
   return true;
 }
 
