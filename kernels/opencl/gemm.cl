@@ -39,7 +39,9 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
                 __global float* c, ulong c_off, int ldc, uint c_plane, ulong c_batch,
                 float alpha, float beta,
                 __global const float* bias, ulong bias_off, int bias_kind, int relu) {
-  __local float As[TS_K * A_ROW];  // As[p * A_ROW + i] = op(A)[row0 + i, p0 + p]
+  // float4-typed so that a work-item's WPT_M neighbouring A values load as 16-byte vectors.
+  __local float4 As4[TS_K * A_ROW / 4];
+  __local float* As = (__local float*)As4;  // As[p * A_ROW + i] = op(A)[row0 + i, p0 + p]
   __local float Bs[TS_K * B_ROW];  // Bs[p * B_ROW + j] = op(B)[p0 + p, col0 + j]
   const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * GEMM_SIDE + tx;
   const int row0 = get_group_id(1) * TS_M, col0 = get_group_id(0) * TS_N;
@@ -101,8 +103,16 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
 #pragma unroll
     for (int p = 0; p < TS_K; ++p) {
       float af[WPT_M], bf[WPT_N];
+#if WPT_M % 4 == 0
+#pragma unroll
+      for (int q = 0; q < WPT_M / 4; ++q) {
+        const float4 v = As4[(p * A_ROW + ty * WPT_M) / 4 + q];
+        af[4 * q] = v.x; af[4 * q + 1] = v.y; af[4 * q + 2] = v.z; af[4 * q + 3] = v.w;
+      }
+#else
 #pragma unroll
       for (int i = 0; i < WPT_M; ++i) af[i] = As[p * A_ROW + ty * WPT_M + i];
+#endif
 #pragma unroll
       for (int j = 0; j < WPT_N; ++j) bf[j] = Bs[p * B_ROW + tx + j * GEMM_SIDE];
 #pragma unroll
