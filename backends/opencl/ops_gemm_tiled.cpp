@@ -132,7 +132,10 @@ bool OpenClDevice::tiled_gemm(const TiledGemm& t) {
   const size_t global[3] = {(t.n + tile.n - 1) / tile.n * kGemmSide,
                             (t.m + tile.m - 1) / tile.m * kGemmSide, t.batch};
   const size_t local[3] = {kGemmSide, kGemmSide, 1};
-  if (global[0] > UINT_MAX || global[1] > UINT_MAX || t.batch > UINT_MAX) return false;
+  // NVIDIA maps the NDRange's 2nd and 3rd dimensions to CUDA grid y and z: at most 65535 groups.
+  constexpr size_t kMaxGroupsYZ = 65535;
+  if (global[0] > UINT_MAX || global[1] / kGemmSide > kMaxGroupsYZ || t.batch > kMaxGroupsYZ)
+    return false;
   const cl_kernel shared = gemm_kernel(variant);  // builds the program on first use
   cl_kernel kernel = kernel_for_launch(gemm_programs_[variant], shared, "gemm_tiled");
   const bool has_bias = t.bias && t.bias_kind != 0;
