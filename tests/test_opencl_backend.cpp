@@ -532,7 +532,7 @@ TEST_CASE("opencl: convolutions through the own GEMM (NCHW epilogue, split-K tai
   strided.batch = 3; strided.in_channels = 2; strided.height = 9; strided.width = 11;
   strided.out_channels = 5; strided.kernel_h = 3; strided.kernel_w = 4;
   strided.stride = 2; strided.padding = 1;
-  Conv2dShape split;  // L = 7 * 23 * 23 = 3703: dW in 3 slices of 1234 plus a 1-column tail
+  Conv2dShape split;  // L = 7 * 23 * 23 = 3703: dW in 14 slices of 264 plus a 7-column tail
   split.batch = 7; split.in_channels = 1; split.height = 27; split.width = 27;
   split.out_channels = 10; split.kernel_h = 5; split.kernel_w = 5;
   for (const auto& device : entry->devices)
