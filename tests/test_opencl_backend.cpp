@@ -479,7 +479,8 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
           for (bool tb : {false, true}) check_tiled_gemm(*device, c, ta, tb, seed += 10);
     }
   }
-  ScopedEnv bad("TRIDENT_OPENCL_OWN_GEMM", "sometimes"), any_tile("TRIDENT_OPENCL_GEMM_TILE", nullptr);
+  ScopedEnv bad("TRIDENT_OPENCL_OWN_GEMM", "sometimes"),
+      any_tile("TRIDENT_OPENCL_GEMM_TILE", nullptr);
   GemmArgs g;
   g.m = g.n = g.k = 1;
   const std::vector<float> one{1.0f};

@@ -14,9 +14,10 @@ void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
                          DeviceMemory c, size_t ldc) {
   if (tiled_gemm(tiled_args(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)))
     return;
-  if (record([=] { sgemm_clblast(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); }))
-    return;
-  sgemm_clblast(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const auto run = [=] {
+    sgemm_clblast(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+  if (!record(run)) run();
 }
 
 void OpenClDevice::sgemm_clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,

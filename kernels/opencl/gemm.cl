@@ -2,7 +2,7 @@
 //
 // C[M,N] = alpha op(A) op(B) + beta C (+ bias per column / per row) (ReLU), for `batch` GEMMs at
 // once (get_group_id(2) is the batch index, each operand stepping by its batch stride; the last
-// one multiplies k_last terms instead of k: the tail of a split-K product rides in the same launch).
+// one multiplies k_last terms instead of k: a split-K product's tail rides in the same launch).
 // op(A)[i, p] = a[i * a_rs + p * a_cs] and op(B)[p, j] = b[p * b_rs + j * b_cs]: the host turns
 // transposes and leading dimensions into these two strides, so one kernel serves all four cases.
 // A work-group of 16 x 16 work-items computes a TS_M x TS_N tile of C; work-item (tx, ty) owns
