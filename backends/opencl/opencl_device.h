@@ -22,8 +22,7 @@ namespace trident::opencl {
 std::string kernel_file_text(const char* name);
 
 // When Device::gemm runs the own tiled kernel (gemm.cl) instead of CLBlast:
-// TRIDENT_OPENCL_OWN_GEMM=never (the default until it is measured on a GPU: CLBlast always),
-// auto (on GPUs, products up to 2^31 multiply-adds, where
+// TRIDENT_OPENCL_OWN_GEMM=auto (default: on GPUs, products up to 2^31 multiply-adds, where
 // CLBlast's per-call host work and its extra pad/transpose/epilogue launches cost more than its
 // faster large-matrix kernels gain), always, never, or a number (the largest m*n*k*batch it
 // takes, on any device type).
