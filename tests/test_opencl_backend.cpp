@@ -394,62 +394,7 @@ TEST_CASE("opencl: a kernel that fails to build shows the build log", "[opencl][
 // is the own kernel with the tile picked for the device; here every tile shape is forced, and
 // CLBlast ("never") is checked on the same cases, at awkward sizes, offsets and strides.
 #ifdef TRIDENT_HAVE_OPENCL
-#include "kernels/reference/reference_ops.h"
-#include "tests/conformance.h"
-
-namespace {
-
-struct TiledCase {
-  int64_t m, n, k;
-  float alpha, beta;
-  BiasKind bias;
-  bool relu;
-  int64_t pad;
-  size_t offset;
-};
-
-void check_tiled_gemm(Device& d, const TiledCase& c, bool ta, bool tb, uint32_t seed) {
-  using testing::OffsetBuffer;
-  INFO("gemm ta=" << ta << " tb=" << tb << " m=" << c.m << " n=" << c.n << " k=" << c.k
-                  << " alpha=" << c.alpha << " beta=" << c.beta << " bias=" << int(c.bias)
-                  << " relu=" << c.relu << " pad=" << c.pad << " offset=" << c.offset);
-  const int64_t a_rows = ta ? c.k : c.m, a_cols = ta ? c.m : c.k;
-  const int64_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
-  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
-  const auto a = testing::random_floats(size_t(std::max<int64_t>(a_rows * lda, 1)), seed);
-  const auto b = testing::random_floats(size_t(std::max<int64_t>(b_rows * ldb, 1)), seed + 1);
-  const auto bias = testing::random_floats(size_t(std::max(c.m, c.n)), seed + 2);
-  std::vector<float> c0 = c.beta == 0.0f
-                              ? std::vector<float>(size_t(c.m * ldc), std::nanf(""))
-                              : testing::random_floats(size_t(c.m * ldc), seed + 3);
-  std::vector<float> want = c0;
-  reference::HostGemmArgs h;
-  h.trans_a = ta; h.trans_b = tb; h.m = c.m; h.n = c.n; h.k = c.k;
-  h.alpha = c.alpha; h.beta = c.beta;
-  h.a = a.data(); h.b = b.data(); h.c = want.data();
-  h.lda = lda; h.ldb = ldb; h.ldc = ldc;
-  h.bias = c.bias == BiasKind::none ? nullptr : bias.data();
-  h.bias_kind = c.bias; h.relu = c.relu;
-  reference::gemm(h);
-
-  OffsetBuffer da(d, a, c.offset), db(d, b, c.offset + 1), dc(d, c0, c.offset + 2),
-      dbias(d, bias, c.offset + 3);
-  GemmArgs g;
-  g.trans_a = ta; g.trans_b = tb; g.m = c.m; g.n = c.n; g.k = c.k;
-  g.alpha = c.alpha; g.beta = c.beta;
-  g.a = da.memory(); g.b = db.memory(); g.c = dc.memory();
-  g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-  if (c.bias != BiasKind::none) g.bias = dbias.memory();
-  g.bias_kind = c.bias; g.relu = c.relu;
-  d.gemm(g);
-
-  testing::Tolerance tol = testing::dot_tolerance(d, c.k);
-  tol.abs *= std::abs(c.alpha) + std::abs(c.beta) + 1.0;
-  TRIDENT_CHECK_CLOSE(dc.values(), want, tol);
-  CHECK(dc.guard_damage() == 0);
-}
-
-}  // namespace
+#include "tests/gemm_check.h"
 
 TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind and offset",
           "[opencl][gemm]") {
@@ -458,7 +403,7 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
     WARN("SKIPPED: no OpenCL device");
     return;
   }
-  const std::vector<TiledCase> cases = {
+  const std::vector<testing::GemmCase> cases = {
       {1, 1, 1, 1.0f, 0.0f, BiasKind::none, false, 0, 0},
       {17, 31, 0, 1.0f, 0.5f, BiasKind::per_row, true, 2, 1},        // k == 0: C = beta C + bias
       {65, 130, 47, 0.5f, 0.0f, BiasKind::per_column, true, 0, 3},    // edge tiles everywhere
@@ -474,9 +419,9 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
     INFO("TRIDENT_OPENCL_OWN_GEMM=" << mode << " TRIDENT_OPENCL_GEMM_TILE=" << (tile ? tile : ""));
     for (const auto& device : entry->devices) {
       uint32_t seed = 900;
-      for (const TiledCase& c : cases)
+      for (const testing::GemmCase& c : cases)
         for (bool ta : {false, true})
-          for (bool tb : {false, true}) check_tiled_gemm(*device, c, ta, tb, seed += 10);
+          for (bool tb : {false, true}) testing::check_gemm(*device, c, ta, tb, seed += 10);
     }
   }
   ScopedEnv bad("TRIDENT_OPENCL_OWN_GEMM", "sometimes"),
