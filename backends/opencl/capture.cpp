@@ -15,9 +15,10 @@ namespace {
 
 class OpenClCapturedWork final : public CapturedWork {
  public:
-  OpenClCapturedWork(cl_command_queue queue, std::string label,
+  OpenClCapturedWork(cl_command_queue queue, std::string label, KernelProfile* profile,
                      std::unique_ptr<CaptureRecording> recording)
-      : queue_(queue), label_(std::move(label)), recording_(std::move(recording)) {}
+      : queue_(queue), label_(std::move(label)), profile_(profile),
+        recording_(std::move(recording)) {}
 
   void replay() override {
     for (const CaptureRecording::Step& s : recording_->steps) {
@@ -25,15 +26,18 @@ class OpenClCapturedWork final : public CapturedWork {
         s.op();
         continue;
       }
+      cl_event event = nullptr;
       TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, s.kernel, s.dims, nullptr, s.global,
-                                              s.local, 0, nullptr, nullptr),
+                                              s.local, 0, nullptr, profile_ ? &event : nullptr),
                        label_ + ", kernel " + s.name + " (replay)");
+      if (profile_) profile_->add(s.name, event);
     }
   }
 
  private:
   cl_command_queue queue_;
   std::string label_;
+  KernelProfile* profile_;  // the device's, or null; like queue_, valid while the device lives
   std::unique_ptr<CaptureRecording> recording_;
 };
 
@@ -63,9 +67,11 @@ void OpenClDevice::submit(cl_kernel kernel, cl_uint dims, const size_t* global,
     recording_->steps.push_back(std::move(step));
     return;
   }
-  TRIDENT_CL_CHECK(
-      clEnqueueNDRangeKernel(queue_, kernel, dims, nullptr, global, local, 0, nullptr, nullptr),
-      label_ + ", kernel " + name);
+  cl_event event = nullptr;
+  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, kernel, dims, nullptr, global, local, 0,
+                                          nullptr, profile_slot(event)),
+                   label_ + ", kernel " + name);
+  if (profile_) profile_->add(name, event);
 }
 
 bool OpenClDevice::record(std::function<void()> op) {
@@ -96,7 +102,8 @@ std::unique_ptr<CapturedWork> OpenClDevice::capture(const std::function<void()>&
                  "directly each time.\n", label_.c_str(), recording->failure.c_str());
     return nullptr;
   }
-  return std::make_unique<OpenClCapturedWork>(queue_, label_, std::move(recording));
+  return std::make_unique<OpenClCapturedWork>(queue_, label_, profile_.get(),
+                                              std::move(recording));
 }
 
 }  // namespace trident::opencl

@@ -1,6 +1,7 @@
 // OpenClDevice's plumbing: context and queue, memory, copies, the program with every kernel.
 #include "backends/opencl/opencl_device.h"
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -78,7 +79,10 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
   cl_int status = CL_SUCCESS;
   context_ = clCreateContext(nullptr, 1, &device_, nullptr, nullptr, &status);
   TRIDENT_CL_CHECK(status, label_);
-  queue_ = clCreateCommandQueue(context_, device_, 0, &status);  // in order, no profiling
+  // In order; profiled only on request (profiler.h).
+  if (opencl_profiling_requested()) profile_ = std::make_unique<KernelProfile>(label_);
+  queue_ = clCreateCommandQueue(context_, device_, profile_ ? CL_QUEUE_PROFILING_ENABLE : 0,
+                                &status);
   if (status != CL_SUCCESS) clReleaseContext(context_);
   TRIDENT_CL_CHECK(status, label_);
   max_alloc_bytes_ = device_value<cl_ulong>(device_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
@@ -87,6 +91,10 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
 OpenClDevice::~OpenClDevice() {
   release_pool();
   clFinish(queue_);  // errors are moot now; every object below is released regardless
+  if (profile_) {
+    profile_->collect();
+    profile_.reset();  // prints the table
+  }
   for (Upload& upload : uploads_) clReleaseEvent(upload.done);
   for (cl_kernel kernel : kernels_)
     if (kernel) clReleaseKernel(kernel);
@@ -210,25 +218,30 @@ void OpenClDevice::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
 void OpenClDevice::copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
   if (bytes == 0) return;
   if (record([=] { copy_on_device(dst, src, bytes); })) return;
+  cl_event event = nullptr;
   TRIDENT_CL_CHECK(clEnqueueCopyBuffer(queue_, static_cast<cl_mem>(src.handle),
                                        static_cast<cl_mem>(dst.handle), src.offset, dst.offset,
-                                       bytes, 0, nullptr, nullptr),
+                                       bytes, 0, nullptr, profile_slot(event)),
                    label_);
+  if (profile_) profile_->add("copy_on_device", event);
 }
 
 void OpenClDevice::fill(DeviceMemory dst, int64_t count, float value) {
   if (count <= 0) return;
   if (record([=] { fill(dst, count, value); })) return;
   const BufferArg target = buffer(dst, sizeof(float), "fill target");
+  cl_event event = nullptr;
   TRIDENT_CL_CHECK(clEnqueueFillBuffer(queue_, target.mem, &value, sizeof value, dst.offset,
                                        static_cast<size_t>(count) * sizeof(float), 0, nullptr,
-                                       nullptr),
+                                       profile_slot(event)),
                    label_);
+  if (profile_) profile_->add("fill", event);
 }
 
 void OpenClDevice::synchronize() {
   refuse_in_capture("synchronize");
   TRIDENT_CL_CHECK(clFinish(queue_), label_);
+  if (profile_) profile_->collect();
   reap_uploads(true);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/opencl/cl_errors.h"
+#include "backends/opencl/profiler.h"
 #include "core/device.h"
 
 namespace trident::opencl {
@@ -240,6 +241,11 @@ class OpenClDevice final : public Device {
   size_t split_k_bytes_ = 0;
   std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
                       size_t>, size_t> gemm_temp_sizes_;
+
+  // TRIDENT_OPENCL_PROFILE: event timestamps of every command (null when off; profiler.h).
+  std::unique_ptr<KernelProfile> profile_;
+  // The event slot for an enqueue: &event while profiling, else null (no event is made).
+  cl_event* profile_slot(cl_event& event) { return profile_ ? &event : nullptr; }
 
   // The capture in progress (null when none): recorded work and the kernel objects it owns.
   std::unique_ptr<CaptureRecording> recording_;

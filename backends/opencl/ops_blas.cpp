@@ -50,11 +50,13 @@ void OpenClDevice::sgemm_clblast(bool trans_a, bool trans_b, size_t m, size_t n,
     gemm_temp_ = static_cast<cl_mem>(raw_allocate(temp_bytes));
     gemm_temp_bytes_ = temp_bytes;
   }
+  cl_event event = nullptr;  // CLBlast's event covers its last kernel only
   TRIDENT_CLBLAST_CHECK(
       clblast::Gemm<float>(clblast::Layout::kRowMajor, op_a, op_b, m, n, k, alpha, A.mem,
                            A.offset, lda, B.mem, B.offset, ldb, beta, C.mem, C.offset, ldc,
-                           &queue_, nullptr, temp_bytes > 0 ? gemm_temp_ : nullptr),
+                           &queue_, profile_slot(event), temp_bytes > 0 ? gemm_temp_ : nullptr),
       label_);
+  if (profile_) profile_->add("clblast_gemm (last kernel)", event);
 }
 
 void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, size_t n,
@@ -83,6 +85,7 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
   const BufferArg A = buffer(a, sizeof(float), "batched GEMM A");
   const BufferArg B = buffer(b, sizeof(float), "batched GEMM B");
   const BufferArg C = buffer(c, sizeof(float), "batched GEMM C");
+  cl_event event = nullptr;  // CLBlast's event covers its last kernel only
   if (record([=] {
         sgemm_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, a_stride, b, ldb,
                               b_stride, c, ldc, c_stride, alike, k);
@@ -93,8 +96,9 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
           clblast::Layout::kRowMajor, trans_a ? Transpose::kYes : Transpose::kNo,
           trans_b ? Transpose::kYes : Transpose::kNo, m, n, k, alpha, A.mem, A.offset, lda,
           a_stride, B.mem, B.offset, ldb, b_stride, 0.0f, C.mem, C.offset, ldc, c_stride, alike,
-          &queue_, nullptr),
+          &queue_, profile_slot(event)),
       label_);
+  if (profile_) profile_->add("clblast_gemm_batched (last kernel)", event);
 }
 
 // A long-K product with a small C (a 10-class head over 4096 features: 512x10x4096) runs on a
