@@ -4,7 +4,8 @@
 //
 //   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big] [--batch N]
 //                 [--big-batch N] [--steps N] [--epochs N] [--gemm-sizes 256,1024,...]
-//                 [--no-train] [--no-gemm] [--no-capture] [--data DIR|synthetic]
+//                 [--gemm-shapes 200x512x784nt,...] [--no-train] [--no-gemm] [--no-capture]
+//                 [--data DIR|synthetic]
 //   trident_bench --devices cuda:0,cuda:1 [--model mlp-big] [--batch 512]   (weak scaling)
 //
 // Timing: the data set (batch * steps samples, Fashion-MNIST tiled to that size, or synthetic)
@@ -34,6 +35,7 @@ struct Options {
   std::string device, devices, models, data = "auto";
   int64_t batch = 0, big_batch = 0, steps = 0, epochs = 4;
   std::vector<int64_t> gemm_sizes;
+  std::vector<std::string> gemm_shapes;  // "200x512x784nt": these instead of the square sizes
   bool train = true, gemm = true, capture = true;
 };
 
@@ -41,13 +43,16 @@ const char* kUsage =
     "usage: trident_bench [--device ID] [--models mlp,cnn,mlp-big] [--batch N] [--big-batch N]\n"
     "                     [--steps N] [--epochs N] [--gemm-sizes 256,512,...] [--no-train]\n"
     "                     [--no-gemm] [--no-capture] [--data DIR|synthetic]\n"
+    "                     [--gemm-shapes MxNxK[nn|nt|tn|tt],...]\n"
     "       trident_bench --devices cuda:0,cuda:1 [--models mlp-big] [--batch 512]\n"
     "  --device     one device (default: the best, as TRIDENT_BACKEND / the registry choose)\n"
     "  --devices    weak scaling over the first 1..N devices of the list, batch per device fixed\n"
     "  --batch      batch per device for mlp and cnn (200), and for mlp-big unless --big-batch\n"
     "  --big-batch  batch for mlp-big (512 on GPUs, 200 on CPUs)\n"
     "  --steps      steps per epoch (default by device type and model)\n"
-    "  --epochs     epochs in all; the first is warm-up (4)\n";
+    "  --epochs     epochs in all; the first is warm-up (4)\n"
+    "  --gemm-shapes  time these GEMMs (t: that operand stored transposed) instead of the\n"
+    "               square sizes\n";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -83,6 +88,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = to_int(a, value());
     else if (a == "--epochs") o.epochs = std::max<int64_t>(2, to_int(a, value()));
     else if (a == "--data") o.data = value();
+    else if (a == "--gemm-shapes") o.gemm_shapes = split(value());
     else if (a == "--gemm-sizes") for (auto& s : split(value())) o.gemm_sizes.push_back(to_int(a, s));
     else if (a == "--no-train") o.train = false;
     else if (a == "--no-gemm") o.gemm = false;
@@ -205,18 +211,58 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
   return r;
 }
 
-// C[n,n] = A B through Device::gemm, best of 3 timed batches lasting about 0.3 s each.
-Record measure_gemm(Device& d, int64_t n) {
-  std::vector<float> host(static_cast<size_t>(n * n));
-  uint32_t state = static_cast<uint32_t>(n);
-  for (auto& x : host) { state = state * 1664525u + 1013904223u; x = (state >> 8) / 8388608.0f - 1.0f; }
-  const trident::Tensor a = trident::Tensor::from_host(d, {n, n}, host);
-  const trident::Tensor b = trident::Tensor::from_host(d, {n, n}, host);
-  const trident::Tensor c = trident::Tensor::empty(d, {n, n});
+// One GEMM shape: C[m,n] = op(A) op(B), op(A) [m,k], op(B) [k,n], transposed as stored or not.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  std::string name() const {
+    return std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+           (trans_a ? "t" : "n") + (trans_b ? "t" : "n");
+  }
+};
+
+// "MxNxK" with an optional "nn"/"nt"/"tn"/"tt" suffix (A then B: t = stored transposed).
+GemmShape parse_gemm_shape(const std::string& text) {
+  GemmShape s;
+  std::string dims = text;
+  if (dims.size() > 2 && (dims.back() == 'n' || dims.back() == 't')) {
+    s.trans_b = dims.back() == 't';
+    s.trans_a = dims[dims.size() - 2] == 't';
+    if (dims[dims.size() - 2] != 'n' && !s.trans_a)
+      throw trident::UsageError("--gemm-shapes '" + text + "': the suffix is nn, nt, tn or tt");
+    dims.resize(dims.size() - 2);
+  }
+  const std::vector<std::string> parts = [&] {
+    std::vector<std::string> out;
+    std::stringstream ss(dims);
+    for (std::string item; std::getline(ss, item, 'x');) out.push_back(item);
+    return out;
+  }();
+  if (parts.size() != 3)
+    throw trident::UsageError("--gemm-shapes '" + text + "' is not MxNxK[nn|nt|tn|tt]");
+  s.m = to_int("--gemm-shapes", parts[0]);
+  s.n = to_int("--gemm-shapes", parts[1]);
+  s.k = to_int("--gemm-shapes", parts[2]);
+  return s;
+}
+
+// C = op(A) op(B) through Device::gemm, best of 3 timed batches lasting about 0.3 s each.
+Record measure_gemm(Device& d, const GemmShape& shape) {
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  auto random_matrix = [&](int64_t count, uint32_t state) {
+    std::vector<float> host(static_cast<size_t>(count));
+    for (auto& x : host) { state = state * 1664525u + 1013904223u; x = (state >> 8) / 8388608.0f - 1.0f; }
+    return trident::Tensor::from_host(d, {count}, host);
+  };
+  const trident::Tensor a = random_matrix(m * k, 1), b = random_matrix(k * n, 2);
+  const trident::Tensor c = trident::Tensor::empty(d, {m, n});
   trident::GemmArgs g;
-  g.m = g.n = g.k = n;
+  g.m = m, g.n = n, g.k = k;
+  g.trans_a = shape.trans_a, g.trans_b = shape.trans_b;
   g.a = a.memory(), g.b = b.memory(), g.c = c.memory();
-  g.lda = g.ldb = g.ldc = n;
+  g.lda = shape.trans_a ? m : k;
+  g.ldb = shape.trans_b ? k : n;
+  g.ldc = n;
   auto run = [&](int64_t reps) {
     d.synchronize();
     const double t0 = now_seconds();
@@ -231,13 +277,14 @@ Record measure_gemm(Device& d, int64_t n) {
   for (int i = 0; i < 3; ++i) best = std::min(best, run(reps) / static_cast<double>(reps));
   Record r;
   r.bench = "gemm";
-  r.model = "sgemm";
+  r.model = shape.m == shape.n && shape.n == shape.k && !shape.trans_a && !shape.trans_b
+                ? "sgemm" : "sgemm " + shape.name();
   r.device = d.info().id();
   r.device_name = d.info().name;
   r.size = n;
   r.steps = reps;
   r.ms_per_step = best * 1e3;
-  r.gflops = 2.0 * static_cast<double>(n) * n * n / best / 1e9;
+  r.gflops = 2.0 * static_cast<double>(m) * n * k / best / 1e9;
   return r;
 }
 
@@ -259,12 +306,13 @@ int run(const Options& o) {
       if (model == "mlp-big") batch = o.big_batch > 0 ? o.big_batch : (is_gpu(d) ? 512 : batch);
       emit(measure_training(o, {&d}, model, batch));
     }
-  if (o.gemm) {
+  for (const std::string& text : o.gemm_shapes) emit(measure_gemm(d, parse_gemm_shape(text)));
+  if (o.gemm && o.gemm_shapes.empty()) {
     std::vector<int64_t> sizes = o.gemm_sizes;
     if (sizes.empty())
       sizes = is_gpu(d) ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                         : std::vector<int64_t>{256, 512, 1024, 2048};
-    for (int64_t n : sizes) emit(measure_gemm(d, n));
+    for (int64_t n : sizes) emit(measure_gemm(d, GemmShape{n, n, n}));
   }
   return 0;
 }

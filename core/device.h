@@ -163,9 +163,12 @@ class Device {
   virtual void conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
                               DeviceMemory b, DeviceMemory y, DeviceMemory workspace) = 0;
   // dw, db (and dx unless its handle is null: the first layer needs no input gradient).
+  // after_forward: `workspace` is as conv2d_forward left it for this same s, x and w (nothing
+  // has written it since), so a backend may reuse what it put there (the im2col columns)
+  // instead of recomputing it; false: its contents are unknown.
   virtual void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
                                DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
-                               DeviceMemory db, DeviceMemory workspace) = 0;
+                               DeviceMemory db, DeviceMemory workspace, bool after_forward) = 0;
   // y[N, C, OH, OW] = window max; argmax (int32, same shape) = flat h*W+w index of the max in x's plane.
   virtual void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
                                  DeviceMemory argmax) = 0;
@@ -186,6 +189,14 @@ class Device {
   // dlogp[r, c] = (c == labels[r]) ? -scale : 0 (scale = 1/rows for the mean loss).
   virtual void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
                                  DeviceMemory dlogp) = 0;
+  // A training step's classification head in one op (log_softmax_forward, nll_loss_forward,
+  // nll_loss_backward and log_softmax_backward in one pass): y = log_softmax(x);
+  // loss[0] = (accumulate ? loss[0] : 0) + mean over rows of -y[r, labels[r]];
+  // dx[r, c] = grad_scale * (exp(y[r, c]) - (c == labels[r])), the gradient of the NLL summed
+  // over rows times grad_scale (1/rows: of the mean) with respect to x. labels int32.
+  virtual void log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
+                               float grad_scale, DeviceMemory y, DeviceMemory loss,
+                               bool accumulate, DeviceMemory dx) = 0;
   // correct[0] += number of rows whose first maximal score is at labels[r] (float32 count).
   virtual void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows,
                              int64_t cols, DeviceMemory correct) = 0;

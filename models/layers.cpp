@@ -14,6 +14,10 @@ void expect_rank(const Layer& layer, const Shape& input, size_t rank, const char
                      shape_string(input));
 }
 
+bool same_place(DeviceMemory a, DeviceMemory b) {
+  return a.handle == b.handle && a.offset == b.offset;
+}
+
 float fan_in_bound(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
 
 }  // namespace
@@ -124,17 +128,24 @@ std::vector<ScratchSpec> Conv2d::scratch_specs(const Device& device, const Shape
 void Conv2d::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                      const std::vector<Tensor>& scratch) {
   const Conv2dShape s = shape_for(x.shape());
+  const DeviceMemory workspace = scratch.empty() ? DeviceMemory{} : scratch[0].memory();
   ctx.device->conv2d_forward(s, x.memory(), params_[0].memory(), params_[1].memory(), y.memory(),
-                             scratch.empty() ? DeviceMemory{} : scratch[0].memory());
+                             workspace);
+  forward_input_ = x.memory();
+  forward_workspace_ = workspace;
 }
 
 void Conv2d::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,
                       const Tensor& dx, const std::vector<Tensor>& scratch) {
   const Conv2dShape s = shape_for(x.shape());
+  const DeviceMemory workspace = scratch.empty() ? DeviceMemory{} : scratch[0].memory();
+  // The backend may reuse the forward's im2col columns when this backward follows the forward
+  // of the same input into the same workspace (as Network runs them).
+  const bool after_forward = workspace && same_place(workspace, forward_workspace_) &&
+                             same_place(x.memory(), forward_input_);
   ctx.device->conv2d_backward(s, x.memory(), params_[0].memory(), dy.memory(),
                               dx.defined() ? dx.memory() : DeviceMemory{}, grads_[0].memory(),
-                              grads_[1].memory(),
-                              scratch.empty() ? DeviceMemory{} : scratch[0].memory());
+                              grads_[1].memory(), workspace, after_forward);
 }
 
 // ---- MaxPool2d -----------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "models/layers.h"
+#include "models/loss.h"
 
 namespace trident {
 
@@ -66,6 +67,9 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
     range.end = parameter_count_;
     layer_ranges_.push_back(range);
   }
+  first_parameter_layer_ = layers_.size();
+  for (size_t i = 0; i < layers_.size() && first_parameter_layer_ == layers_.size(); ++i)
+    if (layer_ranges_[i].count() > 0) first_parameter_layer_ = i;
   params_ = Tensor::from_host(device, {parameter_count_},
                               initial_parameters(named_, parameter_count_, seed));
   grads_ = Tensor::zeros(device, {parameter_count_});
@@ -110,6 +114,38 @@ Network::Buffers& Network::buffers_for(int64_t batch) {
 const Tensor& Network::input_buffer(int64_t batch) { return buffers_for(batch).input; }
 
 const Tensor& Network::forward(const StepContext& ctx, const Tensor& input) {
+  return forward_layers(ctx, input, layers_.size());
+}
+
+bool Network::ends_with_log_softmax() const {
+  return layers_.size() >= 2 && dynamic_cast<const LogSoftmax*>(layers_.back().get()) != nullptr;
+}
+
+const Tensor& Network::forward_nll(const StepContext& ctx, const Tensor& input,
+                                   const Tensor& labels, const Tensor& loss, bool accumulate,
+                                   float scale) {
+  const int64_t batch = input.dim(0);
+  if (labels.shape() != Shape{batch} || labels.dtype() != DType::i32)
+    throw ShapeError("model '" + model_name_ + "': the NLL loss needs int32 labels [" +
+                     std::to_string(batch) + "], got " + shape_string(labels.shape()));
+  if (!ends_with_log_softmax()) {  // the loss and its gradient as separate ops
+    const Tensor& out = forward(ctx, input);
+    NLLLoss nll;
+    nll.forward(ctx, out, labels, loss, accumulate);
+    nll.backward(ctx, out, labels, output_gradient(), scale);
+    return out;
+  }
+  const size_t head = layers_.size() - 1;
+  const Tensor& logits = forward_layers(ctx, input, head);
+  Buffers& b = *last_;
+  ctx.device->log_softmax_nll(logits.memory(), labels.memory(), logits.dim(0), logits.dim(1),
+                              scale / static_cast<float>(batch), b.activations[head].memory(),
+                              loss.memory(), accumulate, b.activation_grads[head - 1].memory());
+  head_fused_ = true;
+  return b.activations[head];
+}
+
+const Tensor& Network::forward_layers(const StepContext& ctx, const Tensor& input, size_t count) {
   if (input.shape() != batch_shape(input.dim(0)))
     throw ShapeError("model '" + model_name_ + "' expects input " +
                      shape_string(batch_shape(input.dim(0))) + ", got " +
@@ -117,8 +153,9 @@ const Tensor& Network::forward(const StepContext& ctx, const Tensor& input) {
   Buffers& b = buffers_for(input.dim(0));
   last_ = &b;
   last_input_ = input;
+  head_fused_ = false;
   const Tensor* x = &input;
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     Tensor y = b.activations[i];
     if (layers_[i]->output_aliases_input() && x != &b.activations[i])
       y = x->reshape(b.activations[i].shape());  // alias whatever the input really is
@@ -154,22 +191,25 @@ void Network::check_backward_layer(size_t i) const {
 
 void Network::backward_layer_parameters(const StepContext& ctx, size_t i) {
   check_backward_layer(i);
+  if (head_fused_ && i + 1 == layers_.size()) return;  // forward_nll wrote its input gradient
   Buffers& b = *last_;
   const Tensor& x = i == 0 ? last_input_ : b.activations[i - 1];
   if (Linear* linear = split_backward_[i]) {
     linear->backward_parameters(ctx, x, b.activation_grads[i]);
     return;
   }
-  // The first layer needs no input gradient. For an aliasing layer dx is dy's memory: a
-  // passthrough ReLU masks it in place, Flatten has nothing to do.
-  const Tensor dx = i == 0 ? Tensor() : b.activation_grads[i - 1];
+  if (i < first_parameter_layer_) return;  // no parameters here or below: no gradient needed
+  // The first layer with parameters needs no input gradient. For an aliasing layer dx is dy's
+  // memory: a passthrough ReLU masks it in place, Flatten has nothing to do.
+  const Tensor dx = i == first_parameter_layer_ ? Tensor() : b.activation_grads[i - 1];
   layers_[i]->backward(ctx, x, b.activations[i], b.activation_grads[i], dx, b.scratch[i]);
 }
 
 void Network::backward_layer_input(const StepContext& ctx, size_t i) {
   check_backward_layer(i);
   Linear* linear = split_backward_[i];
-  if (!linear || i == 0) return;  // done by the first half, or no input gradient needed
+  // Done by the first half, or no input gradient needed.
+  if (!linear || i <= first_parameter_layer_) return;
   linear->backward_input(ctx, last_->activation_grads[i], last_->activation_grads[i - 1]);
 }
 

@@ -66,6 +66,15 @@ class Network {
   const Tensor& forward(const StepContext& ctx, const Tensor& input);
   // The buffer the loss writes d(loss)/d(output) into, for the last forward's batch size.
   const Tensor& output_gradient();
+  // Whether the last layer is a LogSoftmax (with a layer before it): forward_nll can fuse it.
+  bool ends_with_log_softmax() const;
+  // A training forward with the NLL loss: forward() plus loss[0] (+)= the batch's mean NLL of
+  // the output against labels (int32 [B]) and d(scale * loss)/d(output) through the LogSoftmax.
+  // On a model ending in LogSoftmax the softmax, the loss and both gradients are one device op
+  // (Device::log_softmax_nll) that writes the LogSoftmax's input gradient, and the backward
+  // that follows starts below the LogSoftmax. Returns the output (the log-probabilities).
+  const Tensor& forward_nll(const StepContext& ctx, const Tensor& input, const Tensor& labels,
+                            const Tensor& loss, bool accumulate, float scale = 1.0f);
   // Backward through every layer for the last forward; fills gradients(). It is
   // backward_layer(ctx, i) for i = layer_count() - 1 down to 0.
   void backward(const StepContext& ctx);
@@ -77,7 +86,8 @@ class Network {
   // end, at the layer's place in the order) for a layer without parameters.
   ParameterRange layer_parameters(size_t i) const;
   // Backward through layer i of the last forward, in two halves: first its parameter gradients,
-  // then the gradient of its input (which layer i - 1's backward reads). Layers that cannot be
+  // then the gradient of its input (which layer i - 1's backward reads; skipped where no layer
+  // below i has parameters). Layers that cannot be
   // split (Conv2d is one backend call) do everything in the first half. The layers above i must
   // have finished both halves.
   void backward_layer_parameters(const StepContext& ctx, size_t i);
@@ -103,13 +113,20 @@ class Network {
   std::vector<NamedParameter> named_;
   std::vector<ParameterRange> layer_ranges_;  // [i] = layer i's parameters
   std::vector<Linear*> split_backward_;       // [i] = layer i when it is a Linear, else null
+  // The first layer with parameters: nothing needs the input gradient of it or of any layer
+  // below it, so their backward computes parameter gradients only (or nothing).
+  size_t first_parameter_layer_ = 0;
   Device* device_ = nullptr;
   Shape sample_shape_;
   int64_t parameter_count_ = 0;
   Tensor params_, grads_;
   std::map<int64_t, Buffers> buffers_;
+  // forward() through layers [0, count) of `input`'s batch; returns the last output.
+  const Tensor& forward_layers(const StepContext& ctx, const Tensor& input, size_t count);
+
   Tensor last_input_;
   Buffers* last_ = nullptr;
+  bool head_fused_ = false;  // the last forward was forward_nll's fused head: skip its backward
 };
 
 // Host-side initial values of every parameter, laid out as the flat buffer (Philox uniform).

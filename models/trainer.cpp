@@ -150,9 +150,8 @@ void Trainer::forward_replica(Replica& r) {
                         per_replica_batch_, r.step_state.memory(), input.memory());
   r.device->gather_rows(r.train_labels.memory(), sizeof(int32_t), r.index_table.memory(),
                         per_replica_batch_, r.step_state.memory(), r.labels.memory());
-  const Tensor& out = r.net.forward(ctx, input);
-  r.loss->forward(ctx, out, r.labels, r.loss_sum, true);
-  r.loss->backward(ctx, out, r.labels, r.net.output_gradient(), 1.0f);
+  // Training fuses the NLL loss (r.loss, which evaluation uses) into the head when it can.
+  r.net.forward_nll(ctx, input, r.labels, r.loss_sum, true);
 }
 
 // Everything before the gradients are combined.

@@ -82,9 +82,10 @@ TEST_CASE("conformance: conv2d forward and backward, stride, padding, null dx",
           dgrad_x(*device, std::vector<float>(x.size(), kNaN), off),
           dgrad_w(*device, std::vector<float>(w.size(), kNaN), 3),
           dgrad_b(*device, std::vector<float>(b.size(), kNaN), off + 2);
+      // Right after the forward: the backend may reuse what it left in the workspace.
       device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(),
                               dgrad_x.memory(), dgrad_w.memory(), dgrad_b.memory(),
-                              workspace.memory());
+                              workspace.memory(), true);
       const int64_t positions = s.batch * s.out_height() * s.out_width();
       TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want,
                           dot_tolerance(*device, s.out_channels * s.kernel_h * s.kernel_w));
@@ -92,13 +93,32 @@ TEST_CASE("conformance: conv2d forward and backward, stride, padding, null dx",
       TRIDENT_CHECK_CLOSE(dgrad_b.values(), db_want, dot_tolerance(*device, positions));
       CHECK(dgrad_x.guard_damage() + dgrad_w.guard_damage() + dgrad_b.guard_damage() == 0);
 
-      // The first layer passes a null dx: dw and db must still be right.
-      OffsetBuffer dw_only(*device, std::vector<float>(w.size(), kNaN), 1),
-          db_only(*device, std::vector<float>(b.size(), kNaN), 0);
-      device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(), DeviceMemory{},
-                              dw_only.memory(), db_only.memory(), workspace.memory());
-      TRIDENT_CHECK_CLOSE(dw_only.values(), dw_want, dot_tolerance(*device, positions));
-      TRIDENT_CHECK_CLOSE(db_only.values(), db_want, dot_tolerance(*device, positions));
+      // after_forward = false over a workspace full of NaN: everything is recomputed.
+      device->fill(workspace.memory(), int64_t(ws_bytes / sizeof(float)), kNaN);
+      OffsetBuffer dgrad_x2(*device, std::vector<float>(x.size(), kNaN), off + 1);
+      device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(),
+                              dgrad_x2.memory(), dgrad_w.memory(), dgrad_b.memory(),
+                              workspace.memory(), false);
+      TRIDENT_CHECK_CLOSE(dgrad_x2.values(), dx_want,
+                          dot_tolerance(*device, s.out_channels * s.kernel_h * s.kernel_w));
+      TRIDENT_CHECK_CLOSE(dgrad_w.values(), dw_want, dot_tolerance(*device, positions));
+      TRIDENT_CHECK_CLOSE(dgrad_b.values(), db_want, dot_tolerance(*device, positions));
+
+      // The first layer passes a null dx: dw and db must still be right, with the forward's
+      // workspace reused and without it.
+      for (const bool after_forward : {true, false}) {
+        INFO("after_forward " << after_forward);
+        if (after_forward)
+          device->conv2d_forward(s, dx_in.memory(), dw_in.memory(), db_in.memory(),
+                                 dy_out.memory(), workspace.memory());
+        OffsetBuffer dw_only(*device, std::vector<float>(w.size(), kNaN), 1),
+            db_only(*device, std::vector<float>(b.size(), kNaN), 0);
+        device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(),
+                                DeviceMemory{}, dw_only.memory(), db_only.memory(),
+                                workspace.memory(), after_forward);
+        TRIDENT_CHECK_CLOSE(dw_only.values(), dw_want, dot_tolerance(*device, positions));
+        TRIDENT_CHECK_CLOSE(db_only.values(), db_want, dot_tolerance(*device, positions));
+      }
       CHECK(dx_in.guard_damage() + dw_in.guard_damage() + dgrad_y.guard_damage() == 0);
     }
   }
@@ -212,6 +232,40 @@ TEST_CASE("conformance: nll_loss forward (overwrite and accumulate) and backward
         device->nll_loss_backward(dlabels.memory(), rows, cols, scale, grad.memory());
         TRIDENT_CHECK_EXACT(grad.values(), grad_want);
         CHECK(grad.guard_damage() == 0);
+      }
+  }
+}
+
+TEST_CASE("conformance: log_softmax_nll, the fused training head (one launch and large heads)",
+          "[conformance][log_softmax_nll]") {
+  // 2048 rows is the one-work-group limit of the GPU backends; 2049 and 5000 take their
+  // spread-out path (separate loss launch).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {7, 10}, {200, 10}, {33, 257}, {3, 1000}, {2048, 10}, {2049, 3}, {5000, 10}};
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 1800;
+    for (const auto& [rows, cols] : shapes)
+      for (bool accumulate : {false, true}) {
+        INFO("log_softmax_nll rows=" << rows << " cols=" << cols << " accumulate=" << accumulate);
+        std::vector<float> x = random_floats(size_t(rows * cols), ++seed, -20.0f, 20.0f);
+        for (int64_t c = 0; c < cols; ++c) x[size_t(c)] += 1e4f;  // a naive exp would overflow
+        const std::vector<int32_t> labels = random_labels(size_t(rows), int32_t(cols), ++seed);
+        const float grad_scale = 0.75f / float(rows);
+        std::vector<float> y_want(x.size()), dx_want(x.size()), loss_want{2.5f};
+        reference::log_softmax_nll(x.data(), labels.data(), rows, cols, grad_scale,
+                                   y_want.data(), loss_want.data(), accumulate, dx_want.data());
+
+        OffsetBuffer dx_in(*device, x, 1), y(*device, std::vector<float>(x.size(), kNaN), 2),
+            dx(*device, std::vector<float>(x.size(), kNaN), 3),
+            loss(*device, {accumulate ? 2.5f : kNaN}, 1);
+        Tensor dlabels = upload(*device, labels);
+        device->log_softmax_nll(dx_in.memory(), dlabels.memory(), rows, cols, grad_scale,
+                                y.memory(), loss.memory(), accumulate, dx.memory());
+        TRIDENT_CHECK_CLOSE(y.values(), y_want, (Tolerance{2e-5, 1e-5}));
+        TRIDENT_CHECK_CLOSE(loss.values(), loss_want, (Tolerance{1e-5, 1e-5}));
+        TRIDENT_CHECK_CLOSE(dx.values(), dx_want, (Tolerance{3e-5 * grad_scale, 3e-5}));
+        CHECK(y.guard_damage() + dx.guard_damage() + loss.guard_damage() +
+                  dx_in.guard_damage() == 0);
       }
   }
 }

@@ -114,6 +114,67 @@ TEST_CASE("models: network gradients match finite differences on every device", 
   }
 }
 
+TEST_CASE("models: forward_nll (the fused head) equals forward + NLLLoss + backward",
+          "[models][log_softmax_nll]") {
+  for (Device* device : trident::testing::devices_under_test()) {
+    DYNAMIC_SECTION(device->info().id()) {
+      Device& d = *device;
+      const int64_t batch = 5;
+      std::mt19937 rng(21);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(batch * 2 * 8 * 8));
+      for (float& v : x) v = u(rng);
+      Tensor input = Tensor::from_host(d, {batch, 2, 8, 8}, x);
+      Tensor labels = Tensor::from_host(d, {batch}, std::vector<int32_t>{1, 3, 0, 2, 3});
+      Tensor step_state = Tensor::zeros(d, {2}, DType::i32);
+      StepContext ctx;
+      ctx.device = &d;
+      ctx.step_state = step_state.memory();
+      ctx.seed = 3;
+      // Two identical networks: one through the separate ops, one through forward_nll. The
+      // loss accumulates onto 1.5 and the gradient is scaled, as data-parallel training does.
+      Network plain = small_cnn(), fused = small_cnn();
+      plain.build(d, {2, 8, 8}, 5);
+      fused.build(d, {2, 8, 8}, 5);
+      REQUIRE(fused.ends_with_log_softmax());
+      Tensor plain_loss = Tensor::from_host(d, {1}, std::vector<float>{1.5f});
+      Tensor fused_loss = Tensor::from_host(d, {1}, std::vector<float>{1.5f});
+      NLLLoss nll;
+      const Tensor& plain_out = plain.forward(ctx, input);
+      nll.forward(ctx, plain_out, labels, plain_loss, true);
+      nll.backward(ctx, plain_out, labels, plain.output_gradient(), 0.5f);
+      plain.backward(ctx);
+      const Tensor& fused_out = fused.forward_nll(ctx, input, labels, fused_loss, true, 0.5f);
+      fused.backward(ctx);
+      using trident::testing::Tolerance;
+      TRIDENT_CHECK_CLOSE(fused_out.to_host(), plain_out.to_host(), (Tolerance{1e-6, 1e-6}));
+      TRIDENT_CHECK_CLOSE(fused_loss.to_host(), plain_loss.to_host(), (Tolerance{1e-6, 1e-6}));
+      TRIDENT_CHECK_CLOSE(fused.gradients().to_host(), plain.gradients().to_host(),
+                          (Tolerance{1e-6, 1e-4}));
+      // Labels of the wrong shape are refused before anything runs.
+      Tensor short_labels = Tensor::from_host(d, {2}, std::vector<int32_t>{0, 1});
+      CHECK_THROWS_WITH(fused.forward_nll(ctx, input, short_labels, fused_loss, true),
+                        Catch::Contains("int32 labels [5]"));
+    }
+  }
+}
+
+TEST_CASE("models: the CPU's fused head rejects a label outside the classes and writes nothing",
+          "[models][log_softmax_nll]") {
+  Device& d = cpu();
+  Tensor x = Tensor::from_host(d, {2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
+  Tensor labels = Tensor::from_host(d, {2}, std::vector<int32_t>{1, 3});
+  Tensor y = Tensor::from_host(d, {2, 3}, std::vector<float>(6, -7.0f));
+  Tensor dx = Tensor::from_host(d, {2, 3}, std::vector<float>(6, -7.0f));
+  Tensor loss = Tensor::from_host(d, {1}, std::vector<float>{1.25f});
+  CHECK_THROWS_WITH(d.log_softmax_nll(x.memory(), labels.memory(), 2, 3, 0.5f, y.memory(),
+                                      loss.memory(), true, dx.memory()),
+                    Catch::Contains("label 3 in row 1 is outside [0, 3)"));
+  CHECK(loss.to_host() == std::vector<float>{1.25f});
+  CHECK(y.to_host() == std::vector<float>(6, -7.0f));
+  CHECK(dx.to_host() == std::vector<float>(6, -7.0f));
+}
+
 TEST_CASE("models: the seed MLP learns Fashion-MNIST (loss falls by half in 200 steps)",
           "[models][training]") {
   const MnistSplits data = trident::testing::small_splits(10000, 2000);

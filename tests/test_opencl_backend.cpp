@@ -454,7 +454,7 @@ std::vector<float> conv_results(Device& d, const Conv2dShape& s) {
       workspace(d, std::vector<float>(d.conv2d_workspace_bytes(s) / sizeof(float) + 1), 0);
   d.conv2d_forward(s, x.memory(), w.memory(), b.memory(), y.memory(), workspace.memory());
   d.conv2d_backward(s, x.memory(), w.memory(), dy.memory(), dx.memory(), dw.memory(),
-                    db.memory(), workspace.memory());
+                    db.memory(), workspace.memory(), true);
   std::vector<float> all = y.values();
   for (const auto* part : {&dx, &dw, &db}) {
     const std::vector<float> v = part->values();

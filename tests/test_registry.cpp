@@ -70,7 +70,7 @@ class NamedDevice final : public Device {
   void conv2d_forward(const Conv2dShape&, DeviceMemory, DeviceMemory, DeviceMemory, DeviceMemory,
                       DeviceMemory) override { fail(); }
   void conv2d_backward(const Conv2dShape&, DeviceMemory, DeviceMemory, DeviceMemory, DeviceMemory,
-                       DeviceMemory, DeviceMemory, DeviceMemory) override { fail(); }
+                       DeviceMemory, DeviceMemory, DeviceMemory, bool) override { fail(); }
   void maxpool2d_forward(const Pool2dShape&, DeviceMemory, DeviceMemory, DeviceMemory) override {
     fail();
   }
@@ -85,6 +85,8 @@ class NamedDevice final : public Device {
     fail();
   }
   void nll_loss_backward(DeviceMemory, int64_t, int64_t, float, DeviceMemory) override { fail(); }
+  void log_softmax_nll(DeviceMemory, DeviceMemory, int64_t, int64_t, float, DeviceMemory,
+                       DeviceMemory, bool, DeviceMemory) override { fail(); }
   void count_correct(DeviceMemory, DeviceMemory, int64_t, int64_t, DeviceMemory) override {
     fail();
   }

@@ -135,7 +135,8 @@ void CpuDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemor
 
 void CpuDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
                                 DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
-                                DeviceMemory db, DeviceMemory workspace) {
+                                DeviceMemory db, DeviceMemory workspace, bool) {
+  // The CPU convolution works through the batch in cache-sized chunks: nothing to reuse.
   run([&] {
     cpu::conv2d_backward(s, at(x), at(w), at(dy), at(dx), at(dw), at(db), at<void>(workspace),
                          threads_);
@@ -169,6 +170,15 @@ void CpuDevice::nll_loss_forward(DeviceMemory logp, DeviceMemory labels, int64_t
 void CpuDevice::nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
                                   DeviceMemory dlogp) {
   run([&] { cpu::nll_loss_backward(at<int32_t>(labels), rows, cols, scale, at(dlogp)); });
+}
+
+void CpuDevice::log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
+                                float grad_scale, DeviceMemory y, DeviceMemory loss,
+                                bool accumulate, DeviceMemory dx) {
+  run([&] {
+    cpu::log_softmax_nll(at(x), at<int32_t>(labels), rows, cols, grad_scale, at(y), at(loss),
+                         accumulate, at(dx));
+  });
 }
 
 void CpuDevice::count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows,

@@ -2,8 +2,9 @@
 // matrix per sample, that read and write NCHW in place.
 //
 // Workspace: col [N, CKK + 1, P] then dw_part [N, OC, CKK + 1]  (CKK = C*KH*KW, P = OH*OW).
-// Forward:  y = b (broadcast, in the im2col launch); y_n[OC, P] += W[OC, CKK] col_n[CKK, P].
-// Backward: col_n gets a row of ones; dw_part_n[OC, CKK+1] = dy_n[OC, P] col_n^T, whose last
+// Forward:  y = b (broadcast, in the im2col launch); y_n[OC, P] += W[OC, CKK] col_n[CKK, P];
+//           col_n gets a row of ones, for the backward.
+// Backward: col_n as the forward left it (after_forward), else im2col again, ones included; dw_part_n[OC, CKK+1] = dy_n[OC, P] col_n^T, whose last
 //           column is the per-sample bias gradient; dw, db = sums over n (fixed order);
 //           dcol_n[CKK, P] = W^T dy_n (over col, which is free again); dx = col2im(dcol).
 #include "backends/cuda/cuda_device.h"
@@ -57,7 +58,8 @@ void CudaDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemo
   float* out = device_ptr<float>(y);
   const float* bias = device_ptr<const float>(b);
   make_current();
-  launch_im2col_bias_fill(stream_, s, device_ptr<const float>(x), col, false, bias, out);
+  // The ones row is for a backward that reuses these columns (after_forward).
+  launch_im2col_bias_fill(stream_, s, device_ptr<const float>(x), col, true, bias, out);
   check_launch("im2col_bias_fill");
   sgemm(false, false, L.oc, L.p, L.ckk, 1.0f, device_ptr<const float>(w), L.ckk, 0, col, L.p,
         (L.ckk + 1) * L.p, bias ? 1.0f : 0.0f, out, L.p, L.oc * L.p, L.n);
@@ -65,7 +67,7 @@ void CudaDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemo
 
 void CudaDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
                                  DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
-                                 DeviceMemory db, DeviceMemory workspace) {
+                                 DeviceMemory db, DeviceMemory workspace, bool after_forward) {
   check_shape(s);
   const ConvLayout L(s);
   if (L.n == 0 || L.oc == 0) {  // nothing flows: every gradient is zero
@@ -80,8 +82,10 @@ void CudaDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMem
   float* dw_part = col + L.col_floats;
   const float* grad_out = device_ptr<const float>(dy);
   make_current();
-  launch_im2col_bias_fill(stream_, s, device_ptr<const float>(x), col, true, nullptr, nullptr);
-  check_launch("im2col_bias_fill");
+  if (!after_forward) {  // else col (with its ones row) is still the forward's
+    launch_im2col_bias_fill(stream_, s, device_ptr<const float>(x), col, true, nullptr, nullptr);
+    check_launch("im2col_bias_fill");
+  }
   // dw_part_n[OC, CKK+1] = dy_n[OC, P] * col_n^T (col_n stored [CKK+1, P]).
   sgemm(false, true, L.oc, L.ckk + 1, L.p, 1.0f, grad_out, L.p, L.oc * L.p, col, L.p,
         (L.ckk + 1) * L.p, 0.0f, dw_part, L.ckk + 1, L.oc * (L.ckk + 1), L.n);

@@ -91,7 +91,8 @@ class CudaDevice final : public Device {
                       DeviceMemory y, DeviceMemory workspace) override;
   void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory dy,
                        DeviceMemory dx, DeviceMemory dw, DeviceMemory db,
-                       DeviceMemory workspace) override;
+                       DeviceMemory workspace,
+                       bool after_forward) override;
   void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
                          DeviceMemory argmax) override;
   void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
@@ -104,6 +105,9 @@ class CudaDevice final : public Device {
                         DeviceMemory loss, bool accumulate) override;
   void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
                          DeviceMemory dlogp) override;
+  void log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
+                       float grad_scale, DeviceMemory y, DeviceMemory loss, bool accumulate,
+                       DeviceMemory dx) override;
   void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows, int64_t cols,
                      DeviceMemory correct) override;
 

@@ -122,6 +122,17 @@ void CudaDevice::nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t co
   check_launch("nll_loss_backward");
 }
 
+void CudaDevice::log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
+                                 float grad_scale, DeviceMemory y, DeviceMemory loss,
+                                 bool accumulate, DeviceMemory dx) {
+  check_matrix(info_, "log_softmax_nll", rows, cols);
+  make_current();
+  launch_log_softmax_nll(stream_, device_ptr<const float>(x), device_ptr<const int32_t>(labels),
+                         rows, cols, grad_scale, device_ptr<float>(y), device_ptr<float>(loss),
+                         accumulate, device_ptr<float>(dx));
+  check_launch("log_softmax_nll");
+}
+
 void CudaDevice::count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows,
                                int64_t cols, DeviceMemory correct) {
   check_matrix(info_, "count_correct", rows, cols);

@@ -54,7 +54,7 @@ struct TiledGemm {
 enum class Kernel : int {
   relu_forward, relu_backward, axpby, gemm_epilogue, dropout,
   sum_rows, sum_long_rows, log_softmax_forward, log_softmax_backward, nll_loss_forward,
-  nll_loss_backward, count_correct,
+  nll_loss_backward, log_softmax_nll, count_correct,
   im2col, col2im, conv_output_nchw, conv_grad_channel_major, maxpool2d_forward,
   maxpool2d_backward,
   gather_rows_u32, gather_rows_u8, advance_step, sgd_update, adam_update,
@@ -140,7 +140,8 @@ class OpenClDevice final : public Device {
                       DeviceMemory y, DeviceMemory workspace) override;
   void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory dy,
                        DeviceMemory dx, DeviceMemory dw, DeviceMemory db,
-                       DeviceMemory workspace) override;
+                       DeviceMemory workspace,
+                       bool after_forward) override;
   void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
                          DeviceMemory argmax) override;
   void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
@@ -153,6 +154,9 @@ class OpenClDevice final : public Device {
                         DeviceMemory loss, bool accumulate) override;
   void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
                          DeviceMemory dlogp) override;
+  void log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
+                       float grad_scale, DeviceMemory y, DeviceMemory loss, bool accumulate,
+                       DeviceMemory dx) override;
   void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows, int64_t cols,
                      DeviceMemory correct) override;
 

@@ -4,7 +4,7 @@
 // the split-K partial sums of dW [S, OC, CKK].
 // Forward:  col = im2col(x); y = nchw(W[OC, CKK] col) + b (one own-GEMM launch, or a CLBlast
 //           product and a layout pass).
-// Backward: col = im2col(x); product = dy in channel-major; dW = product col^T;
+// Backward: col = im2col(x) (unless the forward's is still there); product = dy in channel-major; dW = product col^T;
 //           db = row sums of product; col = W^T product (col is free again); dx = col2im(col).
 // dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x CKK is small), which
 // one GEMM runs on a handful of work-groups: it is split into S slices of L, run as one strided
@@ -100,7 +100,8 @@ void OpenClDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMe
 
 void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
                                    DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
-                                   DeviceMemory db, DeviceMemory workspace) {
+                                   DeviceMemory db, DeviceMemory workspace,
+                                   bool after_forward) {
   const ConvDims d = conv_dims(s);
   if (!workspace) throw ShapeError(label_ + ": conv2d_backward needs conv2d_workspace_bytes()");
   const DeviceMemory col = workspace, product = workspace.at(d.patch * d.cols * sizeof(float));
@@ -109,9 +110,10 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
     if (db) fill(db, d.out_channels, 0.0f);
     return;
   }
-  launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
-         buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
-         d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
+  if (!after_forward)  // else col still holds the forward's im2col(x)
+    launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
+           buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
+           d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
   launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * d.cols),
          buffer(dy, 4, "dy"), buffer(product, 4, "workspace"), d.batch, d.out_channels,
          cl_uint(d.out_h * d.out_w));

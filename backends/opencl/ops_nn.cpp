@@ -57,6 +57,23 @@ void OpenClDevice::nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t 
          buffer(dlogp, sizeof(float), "dlogp"));
 }
 
+void OpenClDevice::log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows,
+                                   int64_t cols, float grad_scale, DeviceMemory y,
+                                   DeviceMemory loss, bool accumulate, DeviceMemory dx) {
+  checked_u32(rows * cols, "rows*cols");
+  // Up to kOneGroupRows rows: one work-group that also sums the loss, so the whole head is one
+  // launch (launches dominate small steps). Larger heads spread over the device, then the loss.
+  constexpr int64_t kOneGroupRows = 2048;
+  const bool one_group = rows <= kOneGroupRows;
+  const LaunchRange range = one_group ? LaunchRange::groups(1, 256)
+                                      : LaunchRange::items(cl_uint(rows), 256);
+  launch(Kernel::log_softmax_nll, range, buffer(x, sizeof(float), "x"),
+         buffer(labels, sizeof(int32_t), "labels"), cl_uint(rows), cl_uint(cols), grad_scale,
+         buffer(y, sizeof(float), "y"), buffer(loss, sizeof(float), "loss"), cl_int(accumulate),
+         buffer(dx, sizeof(float), "dx"), cl_int(one_group));
+  if (!one_group) nll_loss_forward(y, labels, rows, cols, loss, accumulate);
+}
+
 void OpenClDevice::count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows,
                                  int64_t cols, DeviceMemory correct) {
   checked_u32(rows * cols, "rows*cols");

@@ -73,6 +73,24 @@ void nll_loss_backward(const int32_t* labels, int64_t rows, int64_t cols, float 
   });
 }
 
+void log_softmax_nll(const float* x, const int32_t* labels, int64_t rows, int64_t cols,
+                     float grad_scale, float* y, float* loss, bool accumulate, float* dx) {
+  check_labels(labels, rows, cols, "log_softmax_nll");
+  log_softmax_forward(x, y, rows, cols);
+  parallel_ranges(rows, row_grain(cols), [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* yr = y + r * cols;
+      float* dxr = dx + r * cols;
+      for (int64_t c = 0; c < cols; ++c) dxr[c] = grad_scale * std::exp(yr[c]);
+      dxr[labels[r]] -= grad_scale;
+    }
+  });
+  double sum = 0.0;
+  for (int64_t r = 0; r < rows; ++r) sum -= y[r * cols + labels[r]];
+  const double mean = rows > 0 ? sum / double(rows) : 0.0;
+  loss[0] = float((accumulate ? double(loss[0]) : 0.0) + mean);
+}
+
 void count_correct(const float* scores, const int32_t* labels, int64_t rows, int64_t cols,
                    float* correct) {
   if (cols <= 0) return;

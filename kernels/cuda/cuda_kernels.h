@@ -40,6 +40,10 @@ void launch_nll_loss_forward(cudaStream_t stream, const float* logp, const int32
                              int64_t rows, int64_t cols, float* loss, bool accumulate);
 void launch_nll_loss_backward(cudaStream_t stream, const int32_t* labels, int64_t rows,
                               int64_t cols, float scale, float* dlogp);
+// y = log_softmax(x); loss[0] (+)= NLL mean; dx = grad_scale * (exp(y) - onehot(labels)).
+void launch_log_softmax_nll(cudaStream_t stream, const float* x, const int32_t* labels,
+                            int64_t rows, int64_t cols, float grad_scale, float* y, float* loss,
+                            bool accumulate, float* dx);
 void launch_count_correct(cudaStream_t stream, const float* scores, const int32_t* labels,
                           int64_t rows, int64_t cols, float* correct);
 

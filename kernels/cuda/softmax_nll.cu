@@ -101,6 +101,49 @@ __global__ void nll_loss_backward_kernel(const int32_t* labels, int64_t rows, in
   }
 }
 
+// The fused training head: y = log_softmax(x), dx = grad_scale * (exp(y) - onehot(label)), one
+// warp per row. With one block (with_loss) it also adds the NLL mean to loss[0]: each warp sums
+// its rows in double, then the warps' sums are added in warp order (deterministic).
+__global__ void log_softmax_nll_kernel(const float* x, const int32_t* labels, int64_t rows,
+                                       int64_t cols, float grad_scale, float* y, float* loss,
+                                       bool accumulate, float* dx, bool with_loss) {
+  __shared__ double warp_loss[32];
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  double nll = 0.0;  // this lane's sum of -y[r, label] over this warp's rows
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
+  for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * warps) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float* dxr = dx + r * cols;
+    const int32_t label = labels[r];
+    float max = -INFINITY;
+    for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr[c]);
+    max = warp_max(max);
+    float sum = 0.f;
+    for (int64_t c = lane; c < cols; c += 32) sum += expf(xr[c] - max);
+    sum = warp_sum(sum);
+    const double lse = static_cast<double>(max) + log(static_cast<double>(sum));
+    for (int64_t c = lane; c < cols; c += 32) {
+      const float v = static_cast<float>(static_cast<double>(xr[c]) - lse);
+      yr[c] = v;
+      dxr[c] = grad_scale * (expf(v) - (c == label ? 1.f : 0.f));
+      if (c == label) nll -= static_cast<double>(v);
+    }
+    // A label outside [0, cols) gives a NaN loss, as nll_loss_forward (the GPU cannot throw).
+    if (lane == 0 && (label < 0 || label >= cols)) nll = NAN;
+  }
+  if (!with_loss) return;
+  nll = warp_sum(nll);
+  if (lane == 0) warp_loss[threadIdx.x / 32] = nll;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < warps; ++w) total += warp_loss[w];
+    const double mean = rows > 0 ? total / static_cast<double>(rows) : 0.0;
+    loss[0] = static_cast<float>((accumulate ? static_cast<double>(loss[0]) : 0.0) + mean);
+  }
+}
+
 // The CPU's rule: best starts at column 0 and moves on a strictly greater score. So a NaN in
 // column 0 wins; otherwise NaNs never win and the first maximal (non-NaN) column does.
 __global__ void count_correct_kernel(const float* scores, const int32_t* labels, int64_t rows,
@@ -157,6 +200,22 @@ void launch_nll_loss_backward(cudaStream_t stream, const int32_t* labels, int64_
   nll_loss_backward_kernel<<<grid_for(rows * cols), kBlockThreads, 0, stream>>>(labels, rows,
                                                                                 cols, scale,
                                                                                 dlogp);
+}
+
+void launch_log_softmax_nll(cudaStream_t stream, const float* x, const int32_t* labels,
+                            int64_t rows, int64_t cols, float grad_scale, float* y, float* loss,
+                            bool accumulate, float* dx) {
+  // A head of up to kOneBlockRows rows runs as one block of 32 warps that also sums the loss:
+  // one launch. Larger ones spread their rows over the GPU; the loss is then the NLL kernel's.
+  constexpr int64_t kOneBlockRows = 2048;
+  if (rows <= kOneBlockRows || cols <= 0) {
+    log_softmax_nll_kernel<<<1, 1024, 0, stream>>>(x, labels, rows, cols, grad_scale, y, loss,
+                                                   accumulate, dx, true);
+    return;
+  }
+  log_softmax_nll_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(
+      x, labels, rows, cols, grad_scale, y, loss, accumulate, dx, false);
+  launch_nll_loss_forward(stream, y, labels, rows, cols, loss, accumulate);
 }
 
 void launch_count_correct(cudaStream_t stream, const float* scores, const int32_t* labels,

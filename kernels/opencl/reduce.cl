@@ -90,6 +90,40 @@ void nll_loss_forward(__global const float* logp, ulong logp_off, __global const
   if (lid == 0) loss[loss_off] = (accumulate ? loss[loss_off] : 0.0f) + partial[0] / (float)rows;
 }
 
+// The fused training head, one work-item per row: y = log_softmax(x), dx = grad_scale *
+// (exp(y) - onehot(labels)). with_loss (launched as one work-group): also loss[0] (+)= the NLL
+// mean, labels outside [0, cols) counting 0 as in nll_loss_forward.
+__kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
+void log_softmax_nll(__global const float* x, ulong x_off, __global const int* labels,
+                     ulong labels_off, uint rows, uint cols, float grad_scale,
+                     __global float* y, ulong y_off, __global float* loss, ulong loss_off,
+                     int accumulate, __global float* dx, ulong dx_off, int with_loss) {
+  __local float partial[REDUCE_GROUP];
+  const uint lid = get_local_id(0);
+  float nll = 0.0f;
+  for (uint r = get_global_id(0); r < rows; r += get_global_size(0)) {
+    const ulong base = (ulong)r * cols;
+    __global const float* row = x + x_off + base;
+    float top = -INFINITY;
+    for (uint c = 0; c < cols; ++c) top = fmax(top, row[c]);
+    float sum = 0.0f;
+    for (uint c = 0; c < cols; ++c) sum += exp(row[c] - top);
+    const float log_sum = log(sum);
+    const int label = labels[labels_off + r];
+    for (uint c = 0; c < cols; ++c) {
+      const float v = (row[c] - top) - log_sum;  // as log_softmax_forward
+      y[y_off + base + c] = v;
+      dx[dx_off + base + c] = grad_scale * (exp(v) - (label == (int)c ? 1.0f : 0.0f));
+      if (label == (int)c) nll -= v;
+    }
+  }
+  if (!with_loss) return;
+  partial[lid] = nll;
+  local_sum(partial);
+  if (lid == 0)
+    loss[loss_off] = (accumulate ? loss[loss_off] : 0.0f) + (rows ? partial[0] / (float)rows : 0.0f);
+}
+
 // dlogp[r, c] = (c == labels[r]) ? -scale : 0.
 __kernel void nll_loss_backward(__global const int* labels, ulong labels_off, uint rows, uint cols,
                                 float scale, __global float* dlogp, ulong dlogp_off) {

@@ -132,6 +132,16 @@ void nll_loss_backward(const int32_t* labels, int64_t rows, int64_t cols, float 
     for (int64_t c = 0; c < cols; ++c) dlogp[r * cols + c] = c == labels[r] ? -scale : 0.0f;
 }
 
+void log_softmax_nll(const float* x, const int32_t* labels, int64_t rows, int64_t cols,
+                     float grad_scale, float* y, float* loss, bool accumulate, float* dx) {
+  log_softmax_forward(x, y, rows, cols);
+  nll_loss_forward(y, labels, rows, cols, loss, accumulate);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      dx[r * cols + c] = static_cast<float>(
+          double(grad_scale) * (std::exp(double(y[r * cols + c])) - (c == labels[r] ? 1.0 : 0.0)));
+}
+
 void count_correct(const float* scores, const int32_t* labels, int64_t rows, int64_t cols,
                    float* correct) {
   int64_t count = 0;

@@ -60,6 +60,9 @@ void nll_loss_forward(const float* logp, const int32_t* labels, int64_t rows, in
                       float* loss, bool accumulate);
 void nll_loss_backward(const int32_t* labels, int64_t rows, int64_t cols, float scale,
                        float* dlogp);
+// log_softmax_forward, nll_loss_forward, then dx = grad_scale * (exp(y) - onehot(labels)).
+void log_softmax_nll(const float* x, const int32_t* labels, int64_t rows, int64_t cols,
+                     float grad_scale, float* y, float* loss, bool accumulate, float* dx);
 void count_correct(const float* scores, const int32_t* labels, int64_t rows, int64_t cols,
                    float* correct);
 
