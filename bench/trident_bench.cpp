@@ -36,6 +36,7 @@ struct Options {
   int64_t batch = 0, big_batch = 0, steps = 0, epochs = 4;
   std::vector<int64_t> gemm_sizes;
   std::vector<std::string> gemm_shapes;  // "200x512x784nt": these instead of the square sizes
+  double gemm_seconds = 0.3;             // length of each of the 3 timed GEMM batches
   bool train = true, gemm = true, capture = true;
 };
 
@@ -52,7 +53,8 @@ const char* kUsage =
     "  --steps      steps per epoch (default by device type and model)\n"
     "  --epochs     epochs in all; the first is warm-up (4)\n"
     "  --gemm-shapes  time these GEMMs (t: that operand stored transposed) instead of the\n"
-    "               square sizes\n";
+    "               square sizes\n"
+    "  --gemm-ms    milliseconds per timed GEMM batch (300; best of 3)\n";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -89,6 +91,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--epochs") o.epochs = std::max<int64_t>(2, to_int(a, value()));
     else if (a == "--data") o.data = value();
     else if (a == "--gemm-shapes") o.gemm_shapes = split(value());
+    else if (a == "--gemm-ms") o.gemm_seconds = double(to_int(a, value())) / 1000.0;
     else if (a == "--gemm-sizes") for (auto& s : split(value())) o.gemm_sizes.push_back(to_int(a, s));
     else if (a == "--no-train") o.train = false;
     else if (a == "--no-gemm") o.gemm = false;
@@ -246,8 +249,8 @@ GemmShape parse_gemm_shape(const std::string& text) {
   return s;
 }
 
-// C = op(A) op(B) through Device::gemm, best of 3 timed batches lasting about 0.3 s each.
-Record measure_gemm(Device& d, const GemmShape& shape) {
+// C = op(A) op(B) through Device::gemm, best of 3 timed batches lasting about `seconds` each.
+Record measure_gemm(Device& d, const GemmShape& shape, double seconds) {
   const int64_t m = shape.m, n = shape.n, k = shape.k;
   auto random_matrix = [&](int64_t count, uint32_t state) {
     std::vector<float> host(static_cast<size_t>(count));
@@ -272,13 +275,12 @@ Record measure_gemm(Device& d, const GemmShape& shape) {
   };
   run(2);  // warm-up: library handles, kernel selection, clocks
   const double once = std::max(run(1), 1e-6);
-  const int64_t reps = std::max<int64_t>(1, static_cast<int64_t>(0.3 / once));
+  const int64_t reps = std::max<int64_t>(1, static_cast<int64_t>(seconds / once));
   double best = 1e30;
   for (int i = 0; i < 3; ++i) best = std::min(best, run(reps) / static_cast<double>(reps));
   Record r;
   r.bench = "gemm";
-  r.model = shape.m == shape.n && shape.n == shape.k && !shape.trans_a && !shape.trans_b
-                ? "sgemm" : "sgemm " + shape.name();
+  r.model = "sgemm";
   r.device = d.info().id();
   r.device_name = d.info().name;
   r.size = n;
@@ -306,13 +308,18 @@ int run(const Options& o) {
       if (model == "mlp-big") batch = o.big_batch > 0 ? o.big_batch : (is_gpu(d) ? 512 : batch);
       emit(measure_training(o, {&d}, model, batch));
     }
-  for (const std::string& text : o.gemm_shapes) emit(measure_gemm(d, parse_gemm_shape(text)));
+  for (const std::string& text : o.gemm_shapes) {
+    const GemmShape shape = parse_gemm_shape(text);
+    Record r = measure_gemm(d, shape, o.gemm_seconds);
+    r.model = "sgemm " + shape.name();  // "sgemm 200x512x784nt"
+    emit(r);
+  }
   if (o.gemm && o.gemm_shapes.empty()) {
     std::vector<int64_t> sizes = o.gemm_sizes;
     if (sizes.empty())
       sizes = is_gpu(d) ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                         : std::vector<int64_t>{256, 512, 1024, 2048};
-    for (int64_t n : sizes) emit(measure_gemm(d, GemmShape{n, n, n}));
+    for (int64_t n : sizes) emit(measure_gemm(d, GemmShape{n, n, n}, o.gemm_seconds));
   }
   return 0;
 }

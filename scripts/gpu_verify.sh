@@ -2,7 +2,7 @@
 # Verification on a GPU machine, stage by stage, from prebuilt binaries in BIN (default carry/bin)
 # with oneTBB/CLBlast in carry/lib and Fashion-MNIST in carry/data when the machine lacks them.
 # Logs go to $OUT (or ./out). Usage: scripts/gpu_verify.sh STAGE...
-#   devices | tests | sanitize | train-cuda | train-opencl | bench | multi
+#   devices | tests | sanitize | train-cuda | train-opencl | bench | opencl-tune | multi
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-carry/bin}
@@ -48,6 +48,26 @@ for stage in "$@"; do
       ocl=$("$BIN/trident" devices | awk '/^  opencl:[0-9]+/{id=$1} /type gpu/{if (id) {print id; exit}}')
       python3 bench/run_bench.py --bench "$BIN/trident_bench" --device "cuda:0${ocl:+,$ocl}" \
              --results-dir "$OUT" 2>&1 | tail -n 40 ;;
+    opencl-tune)
+      # Where the OpenCL step time goes (per-kernel GPU time, launch gaps), and the seed models'
+      # GEMM shapes on CUDA and on OpenCL by tile and split-K (forced through the environment).
+      ocl=$("$BIN/trident" devices | awk '/^  opencl:[0-9]+/{id=$1} /type gpu/{if (id) {print id; exit}}')
+      for model in mlp cnn; do
+        TRIDENT_OPENCL_PROFILE=1 "$BIN/trident_bench" --device "$ocl" --models $model --no-gemm 2>&1 \
+          | grep -v '^{' | head -n 30
+      done
+      shapes=${SHAPES:-200x512x784nt,200x10x512nt,10x512x200tn,512x784x200tn,20x12800x250nn,250x12800x20tn,200x50x320nt,512x10x4096nt}
+      gemm() { "$BIN/trident_bench" --no-train --gemm-ms 100 --gemm-shapes "$shapes" "$@" 2>/dev/null \
+                 | sed -E 's/.*"model": "sgemm ([^"]*)".*"ms_per_step": ([0-9.]+).*/\1 \2/' | tr '\n' ' '; echo; }
+      echo "cuda: $(gemm --device cuda:0)"
+      echo "opencl auto: $(gemm --device "$ocl")"
+      echo "opencl clblast: $(TRIDENT_OPENCL_OWN_GEMM=never gemm --device "$ocl")"
+      for split in 1 2 4 8; do
+        for tile in 32 64 128; do
+          echo "opencl split $split tile $tile: $(TRIDENT_OPENCL_OWN_GEMM=always TRIDENT_OPENCL_SPLIT_K=$split \
+                 TRIDENT_OPENCL_GEMM_TILE=$tile gemm --device "$ocl")"
+        done
+      done ;;
     multi)
       "$BIN/trident_tests" "[data-parallel]" 2>&1 | tail -n 20
       train dp1 cuda mlp 2 --devices cuda:0

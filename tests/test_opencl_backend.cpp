@@ -396,7 +396,7 @@ TEST_CASE("opencl: a kernel that fails to build shows the build log", "[opencl][
 #ifdef TRIDENT_HAVE_OPENCL
 #include "tests/gemm_check.h"
 
-TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind and offset",
+TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind and offset, split-K",
           "[opencl][gemm]") {
   const auto* entry = opencl_entry();
   if (!entry || entry->devices.empty()) {
@@ -412,11 +412,17 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
       {37, 11, 2103, 1.0f, 0.5f, BiasKind::per_column, false, 0, 5},  // split-K, tail of 3
       {3, 300, 9, 2.0f, 1.0f, BiasKind::none, true, 5, 7},
   };
-  const char* modes[][2] = {{"always", "32"}, {"always", "64"}, {"always", "128"},
-                            {"auto", nullptr}, {"never", nullptr}};
-  for (const auto& [mode, tile] : modes) {
-    ScopedEnv own("TRIDENT_OPENCL_OWN_GEMM", mode), forced("TRIDENT_OPENCL_GEMM_TILE", tile);
-    INFO("TRIDENT_OPENCL_OWN_GEMM=" << mode << " TRIDENT_OPENCL_GEMM_TILE=" << (tile ? tile : ""));
+  // Own kernel mode, tile, split-K slices (forced: every product with K >= 2S is split, its
+  // epilogue - beta, bias, ReLU, ldc - then done by the split_k_sum kernel).
+  const char* modes[][3] = {{"always", "32", nullptr}, {"always", "64", nullptr},
+                            {"always", "128", nullptr}, {"auto", nullptr, nullptr},
+                            {"never", nullptr, nullptr}, {"always", nullptr, "3"},
+                            {"never", nullptr, "4"}};
+  for (const auto& [mode, tile, split] : modes) {
+    ScopedEnv own("TRIDENT_OPENCL_OWN_GEMM", mode), forced("TRIDENT_OPENCL_GEMM_TILE", tile),
+        slices("TRIDENT_OPENCL_SPLIT_K", split);
+    INFO("TRIDENT_OPENCL_OWN_GEMM=" << mode << " TRIDENT_OPENCL_GEMM_TILE=" << (tile ? tile : "")
+                                    << " TRIDENT_OPENCL_SPLIT_K=" << (split ? split : ""));
     for (const auto& device : entry->devices) {
       uint32_t seed = 900;
       for (const testing::GemmCase& c : cases)

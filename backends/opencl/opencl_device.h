@@ -54,7 +54,7 @@ struct TiledGemm {
 enum class Kernel : int {
   relu_forward, relu_backward, axpby, gemm_epilogue, dropout,
   sum_rows, sum_long_rows, log_softmax_forward, log_softmax_backward, nll_loss_forward,
-  nll_loss_backward, log_softmax_nll, count_correct,
+  nll_loss_backward, log_softmax_nll, count_correct, split_k_sum,
   im2col, col2im, conv_output_nchw, conv_grad_channel_major, maxpool2d_forward,
   maxpool2d_backward,
   gather_rows_u32, gather_rows_u8, advance_step, sgd_update, adam_update,
@@ -207,8 +207,13 @@ class OpenClDevice final : public Device {
                              float alpha, DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b,
                              size_t ldb, size_t b_stride, DeviceMemory c, size_t ldc,
                              size_t c_stride, size_t batch, size_t k_last);
-  // Long-K GEMM with a small packed C as a split-K sum; false when the shape does not call for it.
-  bool split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb);
+  // How many K slices split_k_gemm cuts this product into (1: none; ops_blas.cpp says when).
+  size_t split_k_slices(const GemmArgs& g) const;
+  // The product as a split-K sum with its epilogue; false when the shape does not call for it.
+  bool split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb, size_t ldc);
+  // Whether the own tiled kernel takes a product of `work` multiply-adds on this device (the
+  // TRIDENT_OPENCL_OWN_GEMM policy; shape limits aside).
+  bool own_gemm_takes(double work) const;
   void reap_uploads(bool wait);
   // Runs `t` on the own tiled kernel and returns true, or returns false (nothing queued) when the
   // mode or the shape leaves it to CLBlast.

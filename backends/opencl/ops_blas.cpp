@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/opencl/opencl_device.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace trident::opencl {
@@ -101,14 +102,32 @@ void OpenClDevice::sgemm_strided_batched(bool trans_a, bool trans_b, size_t m, s
   if (profile_) profile_->add("clblast_gemm_batched (last kernel)", event);
 }
 
-// A long-K product with a small C (a 10-class head over 4096 features: 512x10x4096) runs on a
-// few work-groups as one GEMM. Split K into slices, one strided batched GEMM into partial C's
-// [S, M, N] kept in a persistent scratch, then C = beta C + their sum (the sum_rows kernel).
-bool OpenClDevice::split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb) {
-  constexpr size_t kMinK = 2048, kSliceK = 512, kMaxOutput = 16384, kMaxSlices = 16;
+// Split-K: K cut into S slices, one strided batched GEMM into partial products [S, M, N] kept in
+// a persistent scratch, then one split_k_sum launch adds them up with the whole epilogue
+// (beta C, bias, ReLU). It pays where one GEMM would keep most of the device idle, each
+// work-group walking a long K loop: a 10-class head over 4096 features (512x10x4096), or the
+// seed MLP's first layer (200x512x784: 32 64x64 tiles for 132 compute units).
+// TRIDENT_OPENCL_SPLIT_K: auto (default), or S (1: never) for every product with K >= 2S.
+size_t OpenClDevice::split_k_slices(const GemmArgs& g) const {
   const size_t m = g.m, n = g.n, k = g.k;
-  if (k < kMinK || m * n > kMaxOutput) return false;
-  const size_t slices = std::min(k / kSliceK, kMaxSlices), slice_k = k / slices;
+  const long forced = env_int("TRIDENT_OPENCL_SPLIT_K", 0, 1, 64);
+  if (forced > 0) return k >= size_t(2 * forced) ? size_t(forced) : 1;
+  // Long K, small C (CLBlast or the own kernel): slices of 512.
+  if (k >= 2048 && m * n <= 16384) return std::min<size_t>(k / 512, 16);
+  // The own kernel's shapes: more than half the compute units idle with 64x64 tiles, and work
+  // enough that a second launch (~4 us through NVIDIA's driver) is worth it; slices >= 128.
+  const double work = double(m) * double(n) * double(k);
+  const size_t tiles = ((m + 63) / 64) * ((n + 63) / 64);
+  const size_t units = size_t(std::max(info_.compute_units, 1));
+  if (!own_gemm_takes(work) || work < double(1 << 25) || tiles * 2 > units || k < 256) return 1;
+  return std::min<size_t>({(units + tiles - 1) / tiles, k / 128, 8});
+}
+
+bool OpenClDevice::split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb, size_t ldc) {
+  const size_t slices = split_k_slices(g);
+  if (slices < 2) return false;
+  const size_t m = g.m, n = g.n, k = g.k;
+  const size_t slice_k = k / slices;
   const size_t done = slices * slice_k, rows = slices + (k > done ? 1 : 0);
   const size_t bytes = rows * m * n * sizeof(float);
   if (bytes > split_k_bytes_) {
@@ -126,7 +145,13 @@ bool OpenClDevice::split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb) {
   // The tail slice (k - done terms, starting at slice `slices`) is the last batch entry.
   sgemm_strided_batched(g.trans_a, g.trans_b, m, n, slice_k, g.alpha, g.a, lda, a_step, g.b, ldb,
                         b_step, partial, n, m * n, rows, rows > slices ? k - done : slice_k);
-  sum_rows(partial, int64_t(rows), int64_t(m * n), g.c, g.beta);
+  const bool has_bias = g.bias && g.bias_kind != BiasKind::none;
+  const cl_int bias_kind = !has_bias ? 0 : g.bias_kind == BiasKind::per_column ? 1 : 2;
+  launch(Kernel::split_k_sum, LaunchRange::items(checked_u32(int64_t(m * n), "gemm m*n")),
+         buffer(partial, sizeof(float), "split-K partial sums"), cl_uint(rows), cl_uint(m),
+         cl_uint(n), buffer(g.c, sizeof(float), "GEMM C"), checked_u32(int64_t(ldc), "ldc"),
+         g.beta, has_bias ? buffer(g.bias, sizeof(float), "bias") : BufferArg{}, bias_kind,
+         cl_int(g.relu));
   return true;
 }
 
@@ -140,16 +165,15 @@ void OpenClDevice::gemm(const GemmArgs& g) {
   const size_t ldb = g.ldb ? g.ldb : (g.trans_b ? g.k : g.n);
   const size_t ldc = g.ldc ? g.ldc : g.n;
   const bool has_bias = g.bias && g.bias_kind != BiasKind::none;
-  const bool split = ldc == size_t(g.n) && split_k_gemm(g, lda, ldb);
-  if (!split) {  // one launch with bias and ReLU fused, when the own kernel takes this shape
-    TiledGemm t = tiled_args(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb,
-                             g.beta, g.c, ldc);
-    t.bias = has_bias ? g.bias : DeviceMemory{};
-    t.bias_kind = !has_bias ? 0 : g.bias_kind == BiasKind::per_column ? 1 : 2;
-    t.relu = g.relu;
-    if (tiled_gemm(t)) return;
-  }
-  if (g.k > 0 && !split)
+  if (split_k_gemm(g, lda, ldb, ldc)) return;  // epilogue included
+  // One launch with bias and ReLU fused, when the own kernel takes this shape.
+  TiledGemm t = tiled_args(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb,
+                           g.beta, g.c, ldc);
+  t.bias = has_bias ? g.bias : DeviceMemory{};
+  t.bias_kind = !has_bias ? 0 : g.bias_kind == BiasKind::per_column ? 1 : 2;
+  t.relu = g.relu;
+  if (tiled_gemm(t)) return;
+  if (g.k > 0)
     sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, lda, g.b, ldb, g.beta, g.c, ldc);
   if (g.k > 0 && !has_bias && !g.relu) return;
   // C[M,N] (+ bias per column or per row), ReLU; with k == 0 also C = beta C (CLBlast refuses k=0).

@@ -4,8 +4,8 @@
 // the split-K partial sums of dW [S, OC, CKK].
 // Forward:  col = im2col(x); y = nchw(W[OC, CKK] col) + b (one own-GEMM launch, or a CLBlast
 //           product and a layout pass).
-// Backward: col = im2col(x) (unless the forward's is still there); product = dy in channel-major; dW = product col^T;
-//           db = row sums of product; col = W^T product (col is free again); dx = col2im(col).
+// Backward: col = im2col(x) (unless the forward's is still there, after_forward);
+//           product = dy in channel-major; dW = product col^T; db = row sums of product; col = W^T product (col is free again); dx = col2im(col).
 // dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x CKK is small), which
 // one GEMM runs on a handful of work-groups: it is split into S slices of L, run as one strided
 // batched GEMM, and the S partial dW are summed by the sum_rows kernel.
@@ -80,7 +80,7 @@ void OpenClDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMe
   if (d.cols == 0 || d.out_channels == 0) return;
   if (!workspace) throw ShapeError(label_ + ": conv2d_forward needs conv2d_workspace_bytes()");
   const DeviceMemory col = workspace, product = workspace.at(d.patch * d.cols * sizeof(float));
-  launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
+  launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * d.cols), buffer(x, 4, "x"),
          buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
          d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
   // The own GEMM writes y in NCHW with the bias added; CLBlast needs the product and a pass.
@@ -111,7 +111,7 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
     return;
   }
   if (!after_forward)  // else col still holds the forward's im2col(x)
-    launch(Kernel::im2col, LaunchRange::items(d.patch * d.cols), buffer(x, 4, "x"),
+    launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * d.cols), buffer(x, 4, "x"),
            buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
            d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
   launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * d.cols),

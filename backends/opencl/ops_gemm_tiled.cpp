@@ -115,17 +115,20 @@ TiledGemm OpenClDevice::tiled_args(bool trans_a, bool trans_b, size_t m, size_t 
   return t;
 }
 
-bool OpenClDevice::tiled_gemm(const TiledGemm& t) {
+bool OpenClDevice::own_gemm_takes(double work) const {
   const OwnGemmPolicy policy = own_gemm_policy_from_env();
-  if (policy.mode == OwnGemmMode::never) return false;
+  if (policy.mode != OwnGemmMode::auto_) return policy.mode == OwnGemmMode::always;
+  // Auto leaves CPU devices to CLBlast: on PoCL the 16x16 work-groups with barriers ran the
+  // seed CNN 5x slower than CLBlast's kernels (the own kernel is made for GPUs).
+  return work <= policy.max_work && (policy.explicit_limit || info_.type == "gpu");
+}
+
+bool OpenClDevice::tiled_gemm(const TiledGemm& t) {
+  if (own_gemm_policy_from_env().mode == OwnGemmMode::never) return false;
   if (t.m == 0 || t.n == 0 || t.batch == 0) return true;
   const double work = double(t.m) * double(t.n) * double(std::max<size_t>(t.k, 1)) * t.batch;
   if (t.k_last != size_t(-1) && t.k_last > t.k) return false;  // fits_int below checks k
-  // Auto leaves CPU devices to CLBlast: on PoCL the 16x16 work-groups with barriers ran the
-  // seed CNN 5x slower than CLBlast's kernels (the own kernel is made for GPUs).
-  if (policy.mode == OwnGemmMode::auto_ &&
-      (work > policy.max_work || (!policy.explicit_limit && info_.type != "gpu")))
-    return false;
+  if (!own_gemm_takes(work)) return false;
   if (!fits_int(t.m, t.a_rs, t.k, t.a_cs) || !fits_int(t.k, t.b_rs, t.n, t.b_cs) ||
       !fits_int(t.m, t.c_plane ? t.n : t.ldc, t.n, 1) || t.k > size_t(INT_MAX / 2))
     return false;  // CLBlast takes matrices whose indices need 64 bits

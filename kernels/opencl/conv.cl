@@ -3,42 +3,52 @@
 // with L = N*OH*OW and column j = n*OH*OW + oh*OW + ow, so one GEMM covers every image.
 
 // col[(c*KH + kh)*KW + kw, j] = x[n, c, oh*stride - pad + kh, ow*stride - pad + kw] (0 off the edge).
+// One work-item per (n, c, oh, ow) writes its KH*KW column entries: the index divisions (slow
+// on GPUs for run-time divisors) are paid once per patch, not once per element, and for each
+// (kh, kw) neighbouring work-items still write neighbouring columns.
 __kernel void im2col(__global const float* x, ulong x_off, __global float* col, ulong col_off,
                      uint batch, uint channels, uint height, uint width, uint kernel_h,
                      uint kernel_w, uint stride, uint pad, uint out_h, uint out_w) {
-  const uint cols = batch * out_h * out_w;
+  const uint plane = out_h * out_w, cols = batch * plane;
   const uint i = get_global_id(0);
-  if (i >= channels * kernel_h * kernel_w * cols) return;
-  const uint r = i / cols, j = i - r * cols;
-  const uint kw = r % kernel_w, kh = (r / kernel_w) % kernel_h, c = r / (kernel_w * kernel_h);
-  const uint ow = j % out_w, oh = (j / out_w) % out_h, n = j / (out_w * out_h);
-  const int h = (int)(oh * stride + kh) - (int)pad, w = (int)(ow * stride + kw) - (int)pad;
-  float v = 0.0f;
-  if (h >= 0 && h < (int)height && w >= 0 && w < (int)width)
-    v = x[x_off + ((ulong)(n * channels + c) * height + h) * width + w];
-  col[col_off + i] = v;
+  if (i >= batch * channels * plane) return;
+  const uint p = i % plane, t = i / plane, c = t % channels, n = t / channels;
+  const uint oh = p / out_w, ow = p - oh * out_w;
+  const int h0 = (int)(oh * stride) - (int)pad, w0 = (int)(ow * stride) - (int)pad;
+  __global const float* xc = x + x_off + (ulong)(n * channels + c) * height * width;
+  __global float* out = col + col_off + (ulong)c * kernel_h * kernel_w * cols + n * plane + p;
+  for (uint kh = 0; kh < kernel_h; ++kh) {
+    const int h = h0 + (int)kh;
+    const bool row_inside = h >= 0 && h < (int)height;
+    for (uint kw = 0; kw < kernel_w; ++kw, out += cols) {
+      const int w = w0 + (int)kw;
+      *out = row_inside && w >= 0 && w < (int)width ? xc[h * (int)width + w] : 0.0f;
+    }
+  }
 }
 
 // dx[n, c, h, w] = sum of dcol over every (kh, kw, oh, ow) that read x[n, c, h, w]: a gather, so
-// no atomics and the same sum order on every run.
+// no atomics and the same sum order on every run. Only kernel offsets with
+// (h + pad - kh) % stride == 0 reach a patch: kh steps by the stride while the output row
+// oh = (h + pad - kh) / stride steps down by one (no division inside the loops).
 __kernel void col2im(__global const float* dcol, ulong dcol_off, __global float* dx, ulong dx_off,
                      uint batch, uint channels, uint height, uint width, uint kernel_h,
                      uint kernel_w, uint stride, uint pad, uint out_h, uint out_w) {
   const uint i = get_global_id(0);
   if (i >= batch * channels * height * width) return;
-  const uint w = i % width, h = (i / width) % height;
-  const uint c = (i / (width * height)) % channels, n = i / (width * height * channels);
-  const uint cols = batch * out_h * out_w, image_col = n * out_h * out_w;
+  const uint w = i % width, t = i / width, h = t % height, t2 = t / height;
+  const uint c = t2 % channels, n = t2 / channels;
+  const uint plane = out_h * out_w, cols = batch * plane;
+  __global const float* dcol_c =
+      dcol + dcol_off + (ulong)c * kernel_h * kernel_w * cols + n * plane;
+  const int hp = (int)(h + pad), wp = (int)(w + pad), s = (int)stride;
+  const int kw_first = wp % s, ow_first = wp / s;
   float sum = 0.0f;
-  for (uint kh = 0; kh < kernel_h; ++kh) {
-    const int hp = (int)(h + pad) - (int)kh;
-    if (hp < 0 || hp % (int)stride != 0 || hp / (int)stride >= (int)out_h) continue;
-    const uint oh = hp / stride;
-    for (uint kw = 0; kw < kernel_w; ++kw) {
-      const int wp = (int)(w + pad) - (int)kw;
-      if (wp < 0 || wp % (int)stride != 0 || wp / (int)stride >= (int)out_w) continue;
-      const uint ow = wp / stride, r = (c * kernel_h + kh) * kernel_w + kw;
-      sum += dcol[dcol_off + (ulong)r * cols + image_col + oh * out_w + ow];
+  for (int kh = hp % s, oh = hp / s; kh < (int)kernel_h && oh >= 0; kh += s, --oh) {
+    if (oh >= (int)out_h) continue;
+    for (int kw = kw_first, ow = ow_first; kw < (int)kernel_w && ow >= 0; kw += s, --ow) {
+      if (ow >= (int)out_w) continue;
+      sum += dcol_c[(ulong)(kh * (int)kernel_w + kw) * cols + oh * out_w + ow];
     }
   }
   dx[dx_off + i] = sum;

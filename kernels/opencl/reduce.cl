@@ -152,3 +152,21 @@ void count_correct(__global const float* scores, ulong scores_off, __global cons
   local_sum(partial);
   if (lid == 0) correct[correct_off] += partial[0];
 }
+
+// The end of a split-K GEMM: C[i, j] = sum over s < slices of partial[s, i, j] (in slice order),
+// + beta C (beta == 0 never reads C), + bias per column (1) or per row (2), ReLU if relu.
+// partial is [slices, m, n] packed; C has row stride ldc.
+__kernel void split_k_sum(__global const float* partial, ulong partial_off, uint slices, uint m,
+                          uint n, __global float* c, ulong c_off, uint ldc, float beta,
+                          __global const float* bias, ulong bias_off, int bias_kind, int relu) {
+  const uint idx = get_global_id(0);
+  if (idx >= m * n) return;
+  const uint i = idx / n, j = idx - i * n;
+  float v = 0.0f;
+  for (uint s = 0; s < slices; ++s) v += partial[partial_off + (ulong)s * m * n + idx];
+  __global float* out = c + c_off + (ulong)i * ldc + j;
+  if (beta != 0.0f) v += beta * *out;
+  if (bias_kind == 1) v += bias[bias_off + j];
+  else if (bias_kind == 2) v += bias[bias_off + i];
+  *out = relu ? fmax(v, 0.0f) : v;
+}
