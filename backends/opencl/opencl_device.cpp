@@ -20,9 +20,9 @@ namespace {
 // Same order as enum class Kernel.
 const char* const kKernelNames[] = {
     "relu_forward", "relu_backward", "axpby", "gemm_epilogue", "dropout",
-    "sum_rows", "sum_long_rows", "log_softmax_forward", "log_softmax_backward",
+    "sum_rows", "log_softmax_forward", "log_softmax_backward",
     "nll_loss_forward", "nll_loss_backward", "log_softmax_nll", "count_correct", "split_k_sum",
-    "im2col", "col2im", "conv_output_nchw", "conv_grad_channel_major", "maxpool2d_forward",
+    "im2col", "col2im", "conv_output_nchw", "conv_grad_channel_major", "conv_grad_sum", "maxpool2d_forward",
     "maxpool2d_backward",
     "gather_rows_u32", "gather_rows_u8", "advance_step", "sgd_update", "adam_update"};
 static_assert(sizeof(kKernelNames) / sizeof(kKernelNames[0]) == static_cast<int>(Kernel::count_),

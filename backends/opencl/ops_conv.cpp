@@ -24,9 +24,11 @@ struct ConvDims {
   cl_uint out_h, out_w;
   size_t patch, cols;        // CKK and L
   size_t slices, slice_cols;  // dW split-K: S slices of slice_cols columns (+ a tail), or 0
-  // Partial dW sums: S slices plus one for the tail L - S * slice_cols when there is one.
+  size_t taps() const { return patch + 1; }  // col's rows: the patch and the ones row
+  // Partial [dW | db] sums: S slices plus one for the tail L - S * slice_cols when there is
+  // one; a single one without split-K.
   size_t partial_rows() const {
-    return slices == 0 ? 0 : slices + (cols > slices * slice_cols ? 1 : 0);
+    return slices == 0 ? 1 : slices + (cols > slices * slice_cols ? 1 : 0);
   }
 };
 
@@ -55,12 +57,12 @@ ConvDims conv_dims(const Conv2dShape& s) {
   // Each slice is one work-group's K loop on a GPU: short slices give more work-groups and fewer
   // latency-bound rounds (the seed CNN's 115200-column conv1 gradient: 256 slices of 450).
   constexpr size_t kSliceColumns = 256, kMaxSlices = 256, kMaxPartialFloats = size_t(8) << 20;
-  const size_t weights = size_t(d.out_channels) * d.patch;
+  const size_t weights = size_t(d.out_channels) * d.taps();
   d.slices = std::min({d.cols / kSliceColumns, kMaxSlices,
                        weights ? kMaxPartialFloats / weights : size_t(0)});
   if (d.slices < 2) d.slices = 0;  // one GEMM is fine
   d.slice_cols = d.slices ? d.cols / d.slices : 0;
-  checked_u32(int64_t(d.patch * d.cols), "conv im2col size");
+  checked_u32(int64_t(d.taps() * d.cols), "conv im2col size");
   checked_u32(int64_t(size_t(d.out_channels) * d.cols), "conv output size");
   checked_u32(int64_t(size_t(d.batch) * d.channels * d.height * d.width), "conv input size");
   return d;
@@ -70,7 +72,7 @@ ConvDims conv_dims(const Conv2dShape& s) {
 
 size_t OpenClDevice::conv2d_workspace_bytes(const Conv2dShape& s) const {
   const ConvDims d = conv_dims(s);
-  return ((d.patch + d.out_channels) * d.cols + d.partial_rows() * d.out_channels * d.patch) *
+  return ((d.taps() + d.out_channels) * d.cols + d.partial_rows() * d.out_channels * d.taps()) *
          sizeof(float);
 }
 
@@ -79,7 +81,7 @@ void OpenClDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMe
   const ConvDims d = conv_dims(s);
   if (d.cols == 0 || d.out_channels == 0) return;
   if (!workspace) throw ShapeError(label_ + ": conv2d_forward needs conv2d_workspace_bytes()");
-  const DeviceMemory col = workspace, product = workspace.at(d.patch * d.cols * sizeof(float));
+  const DeviceMemory col = workspace, product = workspace.at(d.taps() * d.cols * sizeof(float));
   launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * d.cols), buffer(x, 4, "x"),
          buffer(col, 4, "workspace"), d.batch, d.channels, d.height, d.width, d.kernel_h,
          d.kernel_w, d.stride, d.pad, d.out_h, d.out_w);
@@ -104,7 +106,7 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
                                    bool after_forward) {
   const ConvDims d = conv_dims(s);
   if (!workspace) throw ShapeError(label_ + ": conv2d_backward needs conv2d_workspace_bytes()");
-  const DeviceMemory col = workspace, product = workspace.at(d.patch * d.cols * sizeof(float));
+  const DeviceMemory col = workspace, product = workspace.at(d.taps() * d.cols * sizeof(float));
   if (d.cols == 0) {  // an empty batch: every gradient is zero
     fill(dw, int64_t(d.out_channels * d.patch), 0.0f);
     if (db) fill(db, d.out_channels, 0.0f);
@@ -117,23 +119,23 @@ void OpenClDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceM
   launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * d.cols),
          buffer(dy, 4, "dy"), buffer(product, 4, "workspace"), d.batch, d.out_channels,
          cl_uint(d.out_h * d.out_w));
-  // dW[OC, CKK] = product[OC, L] col[CKK, L]^T, split over L when L is long (see the top).
+  // partial [rows, OC, CKK + 1] = product[OC, L] col[CKK + 1, L]^T, split over L when L is
+  // long (see the top); then dw and db are its sums over rows.
+  const size_t taps = d.taps(), grads = size_t(d.out_channels) * taps;
+  const DeviceMemory partial = workspace.at((taps + d.out_channels) * d.cols * sizeof(float));
   if (d.slices == 0) {
-    sgemm(false, true, d.out_channels, d.patch, d.cols, 1.0f, product, d.cols, col, d.cols, 0.0f,
-          dw, d.patch);
+    sgemm(false, true, d.out_channels, taps, d.cols, 1.0f, product, d.cols, col, d.cols, 0.0f,
+          partial, taps);
   } else {
-    const size_t weights = size_t(d.out_channels) * d.patch, done = d.slices * d.slice_cols;
-    const DeviceMemory partial = workspace.at((d.patch + d.out_channels) * d.cols * sizeof(float));
+    const size_t done = d.slices * d.slice_cols;
     // The tail slice (d.cols - done columns) is the last batch entry.
-    sgemm_strided_batched(false, true, d.out_channels, d.patch, d.slice_cols, 1.0f, product,
-                          d.cols, d.slice_cols, col, d.cols, d.slice_cols, partial, d.patch,
-                          weights, d.partial_rows(),
-                          d.cols > done ? d.cols - done : d.slice_cols);
-    sum_rows(partial, int64_t(d.partial_rows()), int64_t(weights), dw, 0.0f);
+    sgemm_strided_batched(false, true, d.out_channels, taps, d.slice_cols, 1.0f, product, d.cols,
+                          d.slice_cols, col, d.cols, d.slice_cols, partial, taps, grads,
+                          d.partial_rows(), d.cols > done ? d.cols - done : d.slice_cols);
   }
-  if (db)
-    launch(Kernel::sum_long_rows, LaunchRange::groups(d.out_channels, 256),
-           buffer(product, 4, "workspace"), cl_uint(d.cols), buffer(db, 4, "db"));
+  launch(Kernel::conv_grad_sum, LaunchRange::items(grads), buffer(partial, 4, "workspace"),
+         cl_uint(d.partial_rows()), d.out_channels, cl_uint(taps), buffer(dw, 4, "dw"),
+         db ? buffer(db, 4, "db") : BufferArg{}, cl_int(bool(db)));
   if (!dx) return;
   // col[CKK, L] = W[OC, CKK]^T product[OC, L]
   sgemm(true, false, d.patch, d.cols, d.out_channels, 1.0f, w, d.patch, product, d.cols, 0.0f,

@@ -1,8 +1,10 @@
 // Convolution as im2col + one GEMM over the whole batch, and max pooling; all NCHW.
-// The GEMM works on "channel-major" matrices: col is [C*KH*KW, L] and the product is [OC, L],
-// with L = N*OH*OW and column j = n*OH*OW + oh*OW + ow, so one GEMM covers every image.
+// The GEMM works on "channel-major" matrices: col is [C*KH*KW + 1, L] (the last row all ones, so
+// that the weight-gradient GEMM yields the bias gradient as one more column) and the product is
+// [OC, L], with L = N*OH*OW and column j = n*OH*OW + oh*OW + ow, so one GEMM covers every image.
 
-// col[(c*KH + kh)*KW + kw, j] = x[n, c, oh*stride - pad + kh, ow*stride - pad + kw] (0 off the edge).
+// col[(c*KH + kh)*KW + kw, j] = x[n, c, oh*stride - pad + kh, ow*stride - pad + kw] (0 off the
+// edge), col[C*KH*KW, j] = 1.
 // One work-item per (n, c, oh, ow) writes its KH*KW column entries: the index divisions (slow
 // on GPUs for run-time divisors) are paid once per patch, not once per element, and for each
 // (kh, kw) neighbouring work-items still write neighbouring columns.
@@ -25,6 +27,8 @@ __kernel void im2col(__global const float* x, ulong x_off, __global float* col, 
       *out = row_inside && w >= 0 && w < (int)width ? xc[h * (int)width + w] : 0.0f;
     }
   }
+  // The ones row after the last channel's rows.
+  if (c == 0) col[col_off + (ulong)channels * kernel_h * kernel_w * cols + n * plane + p] = 1.0f;
 }
 
 // dx[n, c, h, w] = sum of dcol over every (kh, kw, oh, ow) that read x[n, c, h, w]: a gather, so
@@ -52,6 +56,20 @@ __kernel void col2im(__global const float* dcol, ulong dcol_off, __global float*
     }
   }
   dx[dx_off + i] = sum;
+}
+
+// dw[oc, t] (t < taps - 1) and db[oc] (t = taps - 1: the ones row's column) = sums over the
+// rows of partial [rows, OC, taps], the weight-gradient GEMM's split-K slices, in slice order.
+__kernel void conv_grad_sum(__global const float* partial, ulong partial_off, uint rows,
+                            uint out_channels, uint taps, __global float* dw, ulong dw_off,
+                            __global float* db, ulong db_off, int has_db) {
+  const uint i = get_global_id(0), count = out_channels * taps;
+  if (i >= count) return;
+  float v = 0.0f;
+  for (uint r = 0; r < rows; ++r) v += partial[partial_off + (ulong)r * count + i];
+  const uint oc = i / taps, t = i - oc * taps;
+  if (t + 1 < taps) dw[dw_off + oc * (taps - 1) + t] = v;
+  else if (has_db) db[db_off + oc] = v;
 }
 
 // y[n, oc, p] = product[oc, n*plane + p] + bias[oc] (has_bias == 0: no bias); plane = OH*OW.

@@ -31,19 +31,6 @@ void sum_rows(__global const float* dy, ulong dy_off, uint rows, uint cols,
   db[db_off + c] = beta == 0.0f ? total : beta * db[db_off + c] + total;
 }
 
-// out[r] = sum_c x[r, c] for a long row: one work-group per row (conv bias gradients).
-__kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void sum_long_rows(__global const float* x, ulong x_off, uint cols, __global float* out,
-                   ulong out_off) {
-  __local float partial[REDUCE_GROUP];
-  const uint r = get_group_id(0), lid = get_local_id(0);
-  float s = 0.0f;
-  for (uint c = lid; c < cols; c += REDUCE_GROUP) s += x[x_off + (ulong)r * cols + c];
-  partial[lid] = s;
-  local_sum(partial);
-  if (lid == 0) out[out_off + r] = partial[0];
-}
-
 // y[r, :] = x[r, :] - logsumexp(x[r, :]); one work-item per row (classification heads are narrow).
 __kernel void log_softmax_forward(__global const float* x, ulong x_off, __global float* y,
                                   ulong y_off, uint rows, uint cols) {
