@@ -65,8 +65,11 @@ struct Conv2dShape {
 };
 
 // NCHW max pooling without padding; windows that run past the edge are dropped (floor), as in PyTorch.
+// relu: a ReLU after the pooling, fused: y = max(window max, 0), and argmax = -1 where that is
+// not > 0 (the ReLU passes no gradient there, so maxpool2d_backward sends none back).
 struct Pool2dShape {
   int64_t batch = 0, channels = 0, height = 0, width = 0, kernel = 2, stride = 2;
+  bool relu = false;
   int64_t out_height() const { return (height - kernel) / stride + 1; }
   int64_t out_width() const { return (width - kernel) / stride + 1; }
 };
@@ -172,7 +175,8 @@ class Device {
   // y[N, C, OH, OW] = window max; argmax (int32, same shape) = flat h*W+w index of the max in x's plane.
   virtual void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
                                  DeviceMemory argmax) = 0;
-  // dx[N, C, H, W] = dy scattered to the argmax positions (zero elsewhere; overlaps add).
+  // dx[N, C, H, W] = dy scattered to the argmax positions (zero elsewhere; overlaps add; an
+  // argmax of -1 sends nothing).
   virtual void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
                                   DeviceMemory dx) = 0;
 

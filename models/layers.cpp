@@ -163,6 +163,7 @@ Pool2dShape MaxPool2d::shape_for(const Shape& input) const {
   Pool2dShape s;
   s.batch = input[0]; s.channels = input[1]; s.height = input[2]; s.width = input[3];
   s.kernel = kernel_; s.stride = stride_;
+  s.relu = fused_relu_;
   return s;
 }
 
@@ -197,7 +198,8 @@ void ReLU::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
 
 void ReLU::backward(const StepContext& ctx, const Tensor&, const Tensor& y, const Tensor& dy,
                     const Tensor& dx, const std::vector<Tensor>&) {
-  if (dx.defined()) ctx.device->relu_backward(y.memory(), dy.memory(), dx.memory(), y.numel());
+  if (dx.defined() && masks_gradient_)
+    ctx.device->relu_backward(y.memory(), dy.memory(), dx.memory(), y.numel());
 }
 
 // ---- Dropout / Dropout2d -------------------------------------------------------------------

@@ -52,6 +52,9 @@ class MaxPool2d : public Layer {
  public:
   explicit MaxPool2d(int64_t kernel, int64_t stride = 0);  // stride 0 = kernel, as in PyTorch
   std::string kind() const override { return "MaxPool2d"; }
+  // Set when a ReLU follows: the pooling applies it (Pool2dShape::relu) and its argmax masks the
+  // gradient, so that ReLU layer does nothing.
+  void set_fused_relu(bool fused) { fused_relu_ = fused; }
   Shape output_shape(const Shape& input) const override;
   std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const override;
   void forward(const StepContext&, const Tensor& x, const Tensor& y,
@@ -62,14 +65,19 @@ class MaxPool2d : public Layer {
  private:
   Pool2dShape shape_for(const Shape& input) const;
   int64_t kernel_, stride_;
+  bool fused_relu_ = false;
 };
 
 class ReLU : public Layer {
  public:
   std::string kind() const override { return "ReLU"; }
   Shape output_shape(const Shape& input) const override { return input; }
-  // Set when the layer before already applied the ReLU in its epilogue.
-  void set_passthrough(bool passthrough) { passthrough_ = passthrough; }
+  // Set when the layer before already applied the ReLU (a GEMM epilogue, a pooling); then
+  // backward still masks the gradient in place unless that layer's backward does it too.
+  void set_passthrough(bool passthrough, bool masks_gradient = true) {
+    passthrough_ = passthrough;
+    masks_gradient_ = !passthrough || masks_gradient;
+  }
   bool output_aliases_input() const override { return passthrough_; }
   void forward(const StepContext&, const Tensor& x, const Tensor& y,
                const std::vector<Tensor>&) override;
@@ -77,7 +85,7 @@ class ReLU : public Layer {
                 const Tensor& dx, const std::vector<Tensor>&) override;
 
  private:
-  bool passthrough_ = false;
+  bool passthrough_ = false, masks_gradient_ = true;
 };
 
 // Inverted dropout. per_channel = Dropout2d: one draw per (sample, channel) of an NCHW input.

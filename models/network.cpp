@@ -36,13 +36,17 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
   if (layers_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
   device_ = &device;
   sample_shape_ = sample_shape;
-  // Fuse each Linear followed by a ReLU into the GEMM epilogue.
+  // Fuse each Linear followed by a ReLU into the GEMM epilogue (the ReLU layer still masks the
+  // gradient), and each MaxPool2d followed by a ReLU into the pooling (whose argmax masks it).
   for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    auto* linear = dynamic_cast<Linear*>(layers_[i].get());
     auto* relu = dynamic_cast<ReLU*>(layers_[i + 1].get());
-    if (linear && relu) {
+    if (!relu) continue;
+    if (auto* linear = dynamic_cast<Linear*>(layers_[i].get())) {
       linear->set_fused_relu(true);
       relu->set_passthrough(true);
+    } else if (auto* pool = dynamic_cast<MaxPool2d*>(layers_[i].get())) {
+      pool->set_fused_relu(true);
+      relu->set_passthrough(true, false);
     }
   }
   // Check the shapes through the stack once, with a batch of 1, and lay out the parameters.

@@ -134,15 +134,18 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
   };
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 700;
-    for (const Pool2dShape& s : shapes) {
+    for (const bool relu : {false, true})
+    for (Pool2dShape s : shapes) {
+      s.relu = relu;  // with the fused ReLU, windows of negatives give 0 and argmax -1
       INFO("maxpool N=" << s.batch << " C=" << s.channels << " H=" << s.height << " W=" << s.width
-                        << " kernel=" << s.kernel << " stride=" << s.stride);
+                        << " kernel=" << s.kernel << " stride=" << s.stride << " relu=" << relu);
       const int64_t in = s.batch * s.channels * s.height * s.width;
       const int64_t out = s.batch * s.channels * s.out_height() * s.out_width();
       const std::vector<float> x = values_with_ties(size_t(in), ++seed);
       std::vector<float> y_want(static_cast<size_t>(out));
       std::vector<int32_t> argmax_want(static_cast<size_t>(out));
       reference::maxpool2d_forward(s, x.data(), y_want.data(), argmax_want.data());
+      if (relu && out >= 64) CHECK(std::count(argmax_want.begin(), argmax_want.end(), -1) > 0);
 
       OffsetBuffer dx(*device, x, 1), dy(*device, std::vector<float>(size_t(out), kNaN), 2);
       Tensor argmax = Tensor::empty(*device, {out}, DType::i32);

@@ -156,7 +156,7 @@ void OpenClDevice::maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, Devic
          LaunchRange::items(checked_u32(planes * s.out_height() * s.out_width(), "pool output")),
          buffer(x, 4, "x"), buffer(y, 4, "y"), buffer(argmax, 4, "argmax"), planes,
          cl_uint(s.height), cl_uint(s.width), cl_uint(s.kernel), cl_uint(s.stride),
-         cl_uint(s.out_height()), cl_uint(s.out_width()));
+         cl_uint(s.out_height()), cl_uint(s.out_width()), cl_int(s.relu));
 }
 
 void OpenClDevice::maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,

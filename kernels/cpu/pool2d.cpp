@@ -20,7 +20,7 @@ int64_t plane_grain(int64_t plane_elements) {
 // The seed CNN's 2x2 window with stride 2, branch-free: the general loop's data-dependent
 // branches cost ~3 ns an element, most of the pooling time of a CNN step.
 static void maxpool_2x2_plane(const float* xp, int64_t W, int64_t OH, int64_t OW, float* yp,
-                       int32_t* ap) {
+                              int32_t* ap, bool relu) {
   for (int64_t oh = 0; oh < OH; ++oh) {
     const float* r0 = xp + 2 * oh * W;
     const float* r1 = r0 + W;
@@ -39,8 +39,9 @@ static void maxpool_2x2_plane(const float* xp, int64_t W, int64_t OH, int64_t OW
       const bool take_d = d > best || d != d;
       best = take_d ? d : best;
       at = take_d ? base + int32_t(W + 2 * ow + 1) : at;
-      yp[oh * OW + ow] = best;
-      ap[oh * OW + ow] = at;
+      const bool zeroed = relu && !(best > 0.0f);  // the fused ReLU
+      yp[oh * OW + ow] = zeroed ? 0.0f : best;
+      ap[oh * OW + ow] = zeroed ? -1 : at;
     }
   }
 }
@@ -54,7 +55,7 @@ void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* 
       float* yp = y + plane * OH * OW;
       int32_t* ap = argmax + plane * OH * OW;
       if (K == 2 && S == 2) {
-        maxpool_2x2_plane(xp, W, OH, OW, yp, ap);
+        maxpool_2x2_plane(xp, W, OH, OW, yp, ap, s.relu);
         continue;
       }
       for (int64_t oh = 0; oh < OH; ++oh) {
@@ -68,8 +69,9 @@ void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* 
               if (v > best_value || std::isnan(v)) best_value = v, best = row + kw;
             }
           }
-          yp[oh * OW + ow] = best_value;
-          ap[oh * OW + ow] = int32_t(best);
+          const bool zeroed = s.relu && !(best_value > 0.0f);  // the fused ReLU
+          yp[oh * OW + ow] = zeroed ? 0.0f : best_value;
+          ap[oh * OW + ow] = zeroed ? -1 : int32_t(best);
         }
       }
     }
@@ -85,6 +87,7 @@ void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* ar
       const int32_t* ap = argmax + plane * OHW;
       std::memset(dxp, 0, size_t(HW) * sizeof(float));
       for (int64_t i = 0; i < OHW; ++i) {
+        if (ap[i] == -1) continue;  // zeroed by a fused ReLU
         if (ap[i] < 0 || ap[i] >= HW)
           throw ShapeError("maxpool2d_backward: argmax " + std::to_string(ap[i]) +
                            " is outside the " + std::to_string(s.height) + "x" +

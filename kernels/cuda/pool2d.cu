@@ -12,12 +12,13 @@ namespace {
 template <typename I>
 struct PoolDims {
   I planes, h, w, oh, ow, k, s;
+  bool relu;
 };
 
 template <typename I>
 PoolDims<I> dims_of(const Pool2dShape& s) {
   return {I(s.batch * s.channels), I(s.height), I(s.width), I(s.out_height()), I(s.out_width()),
-          I(s.kernel), I(s.stride)};
+          I(s.kernel), I(s.stride), s.relu};
 }
 
 bool fits_int(const Pool2dShape& s) {
@@ -43,8 +44,9 @@ __global__ void maxpool2d_forward_kernel(PoolDims<I> d, const float* x, float* y
         if (v > best_value || isnan(v)) best_value = v, best = row + kw;  // the CPU's rule
       }
     }
-    y[i] = best_value;
-    argmax[i] = static_cast<int32_t>(best);
+    const bool zeroed = d.relu && !(best_value > 0.f);  // the fused ReLU
+    y[i] = zeroed ? 0.f : best_value;
+    argmax[i] = zeroed ? -1 : static_cast<int32_t>(best);
   }
 }
 

@@ -94,10 +94,11 @@ __kernel void conv_grad_channel_major(__global const float* dy, ulong dy_off, __
 }
 
 // y[n, c, oh, ow] = max of the window; argmax = h*W + w of its first maximum in x's plane.
+// relu: y = max(y, 0) and argmax = -1 where y is not > 0 (a fused ReLU passes no gradient).
 __kernel void maxpool2d_forward(__global const float* x, ulong x_off, __global float* y,
                                 ulong y_off, __global int* argmax, ulong argmax_off, uint planes,
                                 uint height, uint width, uint kernel_size, uint stride,
-                                uint out_h, uint out_w) {
+                                uint out_h, uint out_w, int relu) {
   const uint i = get_global_id(0);
   if (i >= planes * out_h * out_w) return;
   const uint ow = i % out_w, oh = (i / out_w) % out_h, plane = i / (out_w * out_h);
@@ -110,8 +111,9 @@ __kernel void maxpool2d_forward(__global const float* x, ulong x_off, __global f
       const uint at = (h0 + kh) * width + w0 + kw;
       if (in[at] > best) { best = in[at]; best_at = at; }
     }
-  y[y_off + i] = best;
-  argmax[argmax_off + i] = (int)best_at;
+  const bool zeroed = relu && !(best > 0.0f);
+  y[y_off + i] = zeroed ? 0.0f : best;
+  argmax[argmax_off + i] = zeroed ? -1 : (int)best_at;
 }
 
 // dx[n, c, h, w] = sum of dy over the windows containing (h, w) whose argmax is (h, w).

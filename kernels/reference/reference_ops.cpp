@@ -80,8 +80,9 @@ void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* 
             const int64_t at = (oh * s.stride + kh) * s.width + ow * s.stride + kw;
             if (xp[at] > xp[best]) best = at;  // strictly greater: the first maximum wins
           }
-        y[(plane * OH + oh) * OW + ow] = xp[best];
-        argmax[(plane * OH + oh) * OW + ow] = static_cast<int32_t>(best);
+        const bool zeroed = s.relu && !(xp[best] > 0.0f);  // the fused ReLU
+        y[(plane * OH + oh) * OW + ow] = zeroed ? 0.0f : xp[best];
+        argmax[(plane * OH + oh) * OW + ow] = zeroed ? -1 : static_cast<int32_t>(best);
       }
     }
   }
@@ -92,7 +93,8 @@ void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* ar
   std::vector<double> acc(static_cast<size_t>(s.batch * s.channels * plane_size), 0.0);
   for (int64_t plane = 0; plane < s.batch * s.channels; ++plane)
     for (int64_t o = 0; o < OH * OW; ++o)
-      acc[plane * plane_size + argmax[plane * OH * OW + o]] += dy[plane * OH * OW + o];
+      if (argmax[plane * OH * OW + o] >= 0)
+        acc[plane * plane_size + argmax[plane * OH * OW + o]] += dy[plane * OH * OW + o];
   for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<float>(acc[i]);
 }
 
