@@ -87,9 +87,8 @@ class Network {
   ParameterRange layer_parameters(size_t i) const;
   // Backward through layer i of the last forward, in two halves: first its parameter gradients,
   // then the gradient of its input (which layer i - 1's backward reads; skipped where no layer
-  // below i has parameters). Layers that cannot be
-  // split (Conv2d is one backend call) do everything in the first half. The layers above i must
-  // have finished both halves.
+  // below i has parameters). Layers that cannot be split (Conv2d is one backend call) do
+  // everything in the first half. The layers above i must have finished both halves.
   void backward_layer_parameters(const StepContext& ctx, size_t i);
   void backward_layer_input(const StepContext& ctx, size_t i);
   void backward_layer(const StepContext& ctx, size_t i) {

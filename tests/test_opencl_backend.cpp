@@ -6,6 +6,8 @@
 // backend's internals (TRIDENT_HAVE_OPENCL); the rest works through the Device interface.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -527,3 +529,46 @@ TEST_CASE("opencl: a step that reads back is not captured, and nothing of it run
   CHECK(buffer.values() == std::vector<float>(4, 2.0f));
 }
 #endif
+
+TEST_CASE("opencl: a captured split-K GEMM still replays right after a larger one grew the scratch",
+          "[opencl][capture][gemm]") {
+  Device* device = first_opencl_device();
+  if (!device) {
+    WARN("SKIPPED: no OpenCL device");
+    return;
+  }
+  ScopedEnv own("TRIDENT_OPENCL_OWN_GEMM", "always"), slices("TRIDENT_OPENCL_SPLIT_K", "2");
+  // C[m, n] = A[m, k] B[k, n] with A all ones and B[p, j] = j: C[i, j] = k * j.
+  auto run_gemm = [&](int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& b,
+                      const Tensor& c) {
+    GemmArgs g;
+    g.m = m, g.n = n, g.k = k;
+    g.a = a.memory(), g.b = b.memory(), g.c = c.memory();
+    g.lda = k, g.ldb = n, g.ldc = n;
+    device->gemm(g);
+  };
+  auto operands = [&](int64_t m, int64_t n, int64_t k) {
+    std::vector<float> b(size_t(k * n));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) b[size_t(p * n + j)] = float(j);
+    return std::array<Tensor, 3>{Tensor::from_host(*device, {m * k}, std::vector<float>(size_t(m * k), 1.0f)),
+                                 Tensor::from_host(*device, {k * n}, b), Tensor::zeros(*device, {m * n})};
+  };
+  auto expected = [](int64_t m, int64_t n, int64_t k) {
+    std::vector<float> c(size_t(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[size_t(i * n + j)] = float(k * j);
+    return c;
+  };
+  auto small = operands(8, 8, 16);
+  run_gemm(8, 8, 16, small[0], small[1], small[2]);  // sizes the scratch for this product
+  std::unique_ptr<CapturedWork> work =
+      device->capture([&] { run_gemm(8, 8, 16, small[0], small[1], small[2]); });
+  REQUIRE(work != nullptr);
+  auto large = operands(64, 64, 32);
+  run_gemm(64, 64, 32, large[0], large[1], large[2]);  // needs a larger scratch
+  CHECK(large[2].to_host() == expected(64, 64, 32));
+  device->fill(small[2].memory(), 64, -1.0f);
+  work->replay();
+  CHECK(small[2].to_host() == expected(8, 8, 16));
+}

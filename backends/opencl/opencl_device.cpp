@@ -105,6 +105,7 @@ OpenClDevice::~OpenClDevice() {
   }
   if (gemm_temp_) clReleaseMemObject(gemm_temp_);
   if (split_k_) clReleaseMemObject(split_k_);
+  for (cl_mem retired : retired_scratch_) clReleaseMemObject(retired);
   clReleaseCommandQueue(queue_);
   clReleaseContext(context_);
 }

@@ -248,6 +248,10 @@ class OpenClDevice final : public Device {
   // split_k_gemm's partial products, grown to the largest need and kept.
   cl_mem split_k_ = nullptr;
   size_t split_k_bytes_ = 0;
+  // Scratch buffers outgrown by grow_scratch, released with the device.
+  std::vector<cl_mem> retired_scratch_;
+  // Makes `scratch` (of `bytes`) at least `needed` bytes, retiring the old buffer.
+  void grow_scratch(cl_mem& scratch, size_t& bytes, size_t needed);
   std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
                       size_t>, size_t> gemm_temp_sizes_;
 

@@ -21,6 +21,17 @@ void OpenClDevice::sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
   if (!record(run)) run();
 }
 
+void OpenClDevice::grow_scratch(cl_mem& scratch, size_t& bytes, size_t needed) {
+  if (needed <= bytes) return;
+  // The old buffer is kept until the device goes: a captured step's kernels may hold it as an
+  // argument (clSetKernelArg does not keep a buffer alive).
+  if (scratch) retired_scratch_.push_back(scratch);
+  scratch = nullptr;
+  bytes = 0;
+  scratch = static_cast<cl_mem>(raw_allocate(needed));
+  bytes = needed;
+}
+
 void OpenClDevice::sgemm_clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                                  float alpha, DeviceMemory a, size_t lda, DeviceMemory b,
                                  size_t ldb, float beta, DeviceMemory c, size_t ldc) {
@@ -44,13 +55,7 @@ void OpenClDevice::sgemm_clblast(bool trans_a, bool trans_b, size_t m, size_t n,
     known = gemm_temp_sizes_.emplace(key, bytes).first;
   }
   const size_t temp_bytes = known->second;
-  if (temp_bytes > gemm_temp_bytes_) {
-    if (gemm_temp_) clReleaseMemObject(gemm_temp_);  // freed once queued GEMMs are done with it
-    gemm_temp_ = nullptr;
-    gemm_temp_bytes_ = 0;
-    gemm_temp_ = static_cast<cl_mem>(raw_allocate(temp_bytes));
-    gemm_temp_bytes_ = temp_bytes;
-  }
+  grow_scratch(gemm_temp_, gemm_temp_bytes_, temp_bytes);
   cl_event event = nullptr;  // CLBlast's event covers its last kernel only
   TRIDENT_CLBLAST_CHECK(
       clblast::Gemm<float>(clblast::Layout::kRowMajor, op_a, op_b, m, n, k, alpha, A.mem,
@@ -130,13 +135,7 @@ bool OpenClDevice::split_k_gemm(const GemmArgs& g, size_t lda, size_t ldb, size_
   const size_t slice_k = k / slices;
   const size_t done = slices * slice_k, rows = slices + (k > done ? 1 : 0);
   const size_t bytes = rows * m * n * sizeof(float);
-  if (bytes > split_k_bytes_) {
-    if (split_k_) clReleaseMemObject(split_k_);  // freed once queued GEMMs are done with it
-    split_k_ = nullptr;
-    split_k_bytes_ = 0;
-    split_k_ = static_cast<cl_mem>(raw_allocate(bytes));
-    split_k_bytes_ = bytes;
-  }
+  grow_scratch(split_k_, split_k_bytes_, bytes);
   const DeviceMemory partial{split_k_, 0};
   // Slice s of op(A) is columns [s*slice_k, ...): a step of slice_k elements along a row of A,
   // or slice_k rows of the stored [K, M]; likewise rows of op(B).
