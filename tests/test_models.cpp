@@ -51,6 +51,15 @@ Network small_cnn() {
   return net;
 }
 
+// A batch for small_cnn(): uniform(-1, 1) from mt19937(seed).
+Tensor small_cnn_input(Device& d, int64_t batch, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(batch * 2 * 8 * 8));
+  for (float& v : x) v = u(rng);
+  return Tensor::from_host(d, {batch, 2, 8, 8}, x);
+}
+
 }  // namespace
 
 TEST_CASE("models: network gradients match finite differences on every device", "[models]") {
@@ -65,11 +74,7 @@ TEST_CASE("models: network gradients match finite differences on every device", 
       Network net = small_cnn();
       net.build(d, {2, 8, 8}, 5);
       const int64_t batch = 3;
-      std::mt19937 rng(11);
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      std::vector<float> x(static_cast<size_t>(batch * 2 * 8 * 8));
-      for (float& v : x) v = u(rng);
-      Tensor input = Tensor::from_host(d, {batch, 2, 8, 8}, x);
+      Tensor input = small_cnn_input(d, batch, 11);
       Tensor labels = Tensor::from_host(d, {batch}, std::vector<int32_t>{1, 3, 0});
       Tensor loss = Tensor::zeros(d, {1});
       Tensor step_state = Tensor::zeros(d, {2}, DType::i32);
@@ -120,11 +125,7 @@ TEST_CASE("models: forward_nll (the fused head) equals forward + NLLLoss + backw
     DYNAMIC_SECTION(device->info().id()) {
       Device& d = *device;
       const int64_t batch = 5;
-      std::mt19937 rng(21);
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      std::vector<float> x(static_cast<size_t>(batch * 2 * 8 * 8));
-      for (float& v : x) v = u(rng);
-      Tensor input = Tensor::from_host(d, {batch, 2, 8, 8}, x);
+      Tensor input = small_cnn_input(d, batch, 21);
       Tensor labels = Tensor::from_host(d, {batch}, std::vector<int32_t>{1, 3, 0, 2, 3});
       Tensor step_state = Tensor::zeros(d, {2}, DType::i32);
       StepContext ctx;

@@ -35,19 +35,25 @@ __device__ __forceinline__ int64_t warp_row_step() {
   return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
 }
 
-// y[r, :] = x[r, :] - (max + log(sum exp(x - max))); the log-sum in double, as on the CPU.
+// max + log(sum exp(xr - max)) of one row, computed by its warp (every lane gets it); the
+// log-sum in double, as on the CPU.
+__device__ __forceinline__ double warp_row_log_sum_exp(const float* xr, int64_t cols, int lane) {
+  float max = -INFINITY;
+  for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr[c]);
+  max = warp_max(max);
+  float sum = 0.f;
+  for (int64_t c = lane; c < cols; c += 32) sum += expf(xr[c] - max);
+  sum = warp_sum(sum);
+  return static_cast<double>(max) + log(static_cast<double>(sum));
+}
+
+// y[r, :] = x[r, :] - logsumexp(x[r, :]).
 __global__ void log_softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t cols) {
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
-    float max = -INFINITY;
-    for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr[c]);
-    max = warp_max(max);
-    float sum = 0.f;
-    for (int64_t c = lane; c < cols; c += 32) sum += expf(xr[c] - max);
-    sum = warp_sum(sum);
-    const double lse = static_cast<double>(max) + log(static_cast<double>(sum));
+    const double lse = warp_row_log_sum_exp(xr, cols, lane);
     for (int64_t c = lane; c < cols; c += 32)
       yr[c] = static_cast<float>(static_cast<double>(xr[c]) - lse);
   }
@@ -116,13 +122,7 @@ __global__ void log_softmax_nll_kernel(const float* x, const int32_t* labels, in
     float* yr = y + r * cols;
     float* dxr = dx + r * cols;
     const int32_t label = labels[r];
-    float max = -INFINITY;
-    for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr[c]);
-    max = warp_max(max);
-    float sum = 0.f;
-    for (int64_t c = lane; c < cols; c += 32) sum += expf(xr[c] - max);
-    sum = warp_sum(sum);
-    const double lse = static_cast<double>(max) + log(static_cast<double>(sum));
+    const double lse = warp_row_log_sum_exp(xr, cols, lane);
     for (int64_t c = lane; c < cols; c += 32) {
       const float v = static_cast<float>(static_cast<double>(xr[c]) - lse);
       yr[c] = v;

@@ -31,18 +31,26 @@ void sum_rows(__global const float* dy, ulong dy_off, uint rows, uint cols,
   db[db_off + c] = beta == 0.0f ? total : beta * db[db_off + c] + total;
 }
 
+// A row's maximum (*top) and log(sum exp(row - top)): log_softmax(row)[c] = (row[c] - top) -
+// log_sum. (row - top) is exact for nearby values; subtracting top + log_sum at once would round
+// it away.
+float row_log_sum_exp(__global const float* row, uint cols, float* top) {
+  float best = -INFINITY;
+  for (uint c = 0; c < cols; ++c) best = fmax(best, row[c]);
+  float sum = 0.0f;
+  for (uint c = 0; c < cols; ++c) sum += exp(row[c] - best);
+  *top = best;
+  return log(sum);
+}
+
 // y[r, :] = x[r, :] - logsumexp(x[r, :]); one work-item per row (classification heads are narrow).
 __kernel void log_softmax_forward(__global const float* x, ulong x_off, __global float* y,
                                   ulong y_off, uint rows, uint cols) {
   const uint r = get_global_id(0);
   if (r >= rows) return;
   __global const float* row = x + x_off + (ulong)r * cols;
-  float top = -INFINITY;
-  for (uint c = 0; c < cols; ++c) top = fmax(top, row[c]);
-  float sum = 0.0f;
-  for (uint c = 0; c < cols; ++c) sum += exp(row[c] - top);
-  // (x - top) is exact for nearby values; subtracting top + log(sum) at once would round it away.
-  const float log_sum = log(sum);
+  float top;
+  const float log_sum = row_log_sum_exp(row, cols, &top);
   for (uint c = 0; c < cols; ++c) y[y_off + (ulong)r * cols + c] = (row[c] - top) - log_sum;
 }
 
@@ -91,11 +99,8 @@ void log_softmax_nll(__global const float* x, ulong x_off, __global const int* l
   for (uint r = get_global_id(0); r < rows; r += get_global_size(0)) {
     const ulong base = (ulong)r * cols;
     __global const float* row = x + x_off + base;
-    float top = -INFINITY;
-    for (uint c = 0; c < cols; ++c) top = fmax(top, row[c]);
-    float sum = 0.0f;
-    for (uint c = 0; c < cols; ++c) sum += exp(row[c] - top);
-    const float log_sum = log(sum);
+    float top;
+    const float log_sum = row_log_sum_exp(row, cols, &top);
     const int label = labels[labels_off + r];
     for (uint c = 0; c < cols; ++c) {
       const float v = (row[c] - top) - log_sum;  // as log_softmax_forward
