@@ -29,12 +29,12 @@ void* CachingAllocator::allocate(size_t bytes) {
   }
   void* handle = nullptr;
   try {
-    handle = device_.raw_allocate(size);
+    handle = device_.do_allocate(size);
   } catch (const OutOfMemory&) {
-    for (auto& [block, h] : free_blocks_) device_.raw_free(h);
+    for (auto& [block, h] : free_blocks_) device_.do_free(h);
     free_blocks_.clear();
     bytes_cached_ = 0;
-    handle = device_.raw_allocate(size);  // a second failure propagates to the caller
+    handle = device_.do_allocate(size);  // a second failure propagates to the caller
   }
   ++driver_allocations_;
   used_blocks_.emplace(handle, size);
@@ -55,7 +55,7 @@ void CachingAllocator::deallocate(void* handle) noexcept {
 
 void CachingAllocator::empty_cache() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [block, h] : free_blocks_) device_.raw_free(h);
+  for (auto& [block, h] : free_blocks_) device_.do_free(h);
   free_blocks_.clear();
   bytes_cached_ = 0;
 }
@@ -63,7 +63,7 @@ void CachingAllocator::empty_cache() noexcept {
 void CachingAllocator::release_all() noexcept {
   empty_cache();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [h, block] : used_blocks_) device_.raw_free(h);
+  for (auto& [h, block] : used_blocks_) device_.do_free(h);
   used_blocks_.clear();
   bytes_in_use_ = 0;
 }

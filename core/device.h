@@ -1,98 +1,39 @@
-// The backend-abstract device interface: memory, ordering, and the table of ops the models use.
+// The backend-abstract device interface, in two layers (as ArrayFire and PyTorch split them):
+// - the public, non-virtual ops below: each checks its arguments once (defined tensors of this
+//   device, dtypes, element counts, strides, aliasing, the device's size limits), fills defaults
+//   and states the op's edge semantics once, the same on every backend (core/device_ops.cpp);
+// - the protected `do_*` slots a backend implements, called only with checked arguments.
 //
-// A backend implements one class derived from Device. Every op is queued in order on the device's
-// single stream / queue and may return before it has run; only copy_to_host and synchronize wait.
-// Shapes are row-major and given in elements; DeviceMemory offsets are in bytes. Unless an op says
-// otherwise its buffers are float32, outputs are overwritten (never accumulated into), and an output
-// may not alias an input. Gradients are overwritten by every backward op, so no zeroing is needed.
+// Slots are REQUIRED (pure virtual: memory, copies, ordering and a minimal op set) or OPTIONAL
+// (fused or composite ops with a default in core/default_ops.cpp built from the required ones,
+// which a backend overrides when it has something faster; an override may call the default for
+// the cases it does not handle). A new backend runs once it implements the required slots.
+//
+// Every op is queued in order on the device's single stream / queue and may return before it has
+// run; only copy_to_host and synchronize wait. Unless an op says otherwise its float tensors are
+// float32, outputs are overwritten (never accumulated into), an output may not overlap an input,
+// and gradients are overwritten by every backward op (no zeroing needed).
+//
+// Data-dependent errors (a gather index or a label out of range) cannot be seen by the front: a
+// GPU kernel that meets one skips the access and raises the device's error flag, which the next
+// synchronize() or copy_to_host() turns into a BackendError naming the op; the CPU throws at once.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "core/device_types.h"
 #include "core/dtype.h"
+#include "core/op_types.h"
+#include "core/tensor.h"
 
 namespace trident {
 
 class CachingAllocator;
-
-// A place in device memory: the backend's opaque handle (a pointer on CPU and CUDA, a cl_mem on
-// OpenCL) plus a byte offset, so that sub-ranges of one buffer need no extra driver objects.
-struct DeviceMemory {
-  void* handle = nullptr;
-  size_t offset = 0;
-  DeviceMemory at(size_t extra_bytes) const { return {handle, offset + extra_bytes}; }
-  explicit operator bool() const { return handle != nullptr; }
-};
-
-struct DeviceInfo {
-  std::string backend;         // "cpu", "cuda", "opencl"
-  int index = 0;               // position within its backend
-  std::string name;            // "NVIDIA H100 80GB HBM3", "AMD EPYC 9R14 (2 threads)"
-  std::string vendor;
-  std::string type;            // "gpu", "cpu", "accelerator"
-  std::string driver;          // driver / runtime version
-  std::string detail;          // backend-specific: compute capability, OpenCL version, ISA ...
-  uint64_t memory_bytes = 0;
-  int compute_units = 0;       // SMs, OpenCL compute units, CPU threads
-  std::string id() const { return backend + ":" + std::to_string(index); }
-};
-
-enum class BiasKind : uint8_t { none, per_column, per_row };
-
-// Row-major C[M,N] = alpha * op(A) op(B) + beta * C, then + bias (per column: bias[N], per row:
-// bias[M]), then ReLU if relu. op(A) is [M,K] (stored [K,M] if trans_a); op(B) is [K,N] (stored
-// [N,K] if trans_b). lda/ldb/ldc are the stored row strides. beta == 0 means C is not read.
-struct GemmArgs {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  float alpha = 1.0f, beta = 0.0f;
-  DeviceMemory a, b, c;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-  DeviceMemory bias;                 // null handle: no bias
-  BiasKind bias_kind = BiasKind::none;
-  bool relu = false;
-};
-
-// NCHW convolution, square stride and zero padding; weights [out_c, in_c, kh, kw], bias [out_c].
-struct Conv2dShape {
-  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
-  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0, stride = 1, padding = 0;
-  int64_t out_height() const { return (height + 2 * padding - kernel_h) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel_w) / stride + 1; }
-};
-
-// NCHW max pooling without padding; windows that run past the edge are dropped (floor), as in PyTorch.
-// relu: a ReLU after the pooling, fused: y = max(window max, 0), and argmax = -1 where that is
-// not > 0 (the ReLU passes no gradient there, so maxpool2d_backward sends none back).
-struct Pool2dShape {
-  int64_t batch = 0, channels = 0, height = 0, width = 0, kernel = 2, stride = 2;
-  bool relu = false;
-  int64_t out_height() const { return (height - kernel) / stride + 1; }
-  int64_t out_width() const { return (width - kernel) / stride + 1; }
-};
-
-// PyTorch's SGD: d = g*grad_scale + weight_decay*p; buf = momentum*buf + d (buf starts at 0);
-// d = nesterov ? d + momentum*buf : buf (momentum > 0); p -= lr * d.
-struct SgdParams {
-  float lr = 0.01f, momentum = 0.0f, weight_decay = 0.0f, grad_scale = 1.0f;
-  bool nesterov = false;
-};
-
-// PyTorch's Adam (L2 weight decay): g = grad*grad_scale + wd*p; m = b1 m + (1-b1) g;
-// v = b2 v + (1-b2) g^2; p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), with
-// t = step_state.global_step + 1 read on the device.
-struct AdamParams {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f,
-        grad_scale = 1.0f;
-};
-
-// Per-step scalars kept on the device, so that a captured step replays with fresh values: a
-// buffer of two uint32, [0] = batch position in the epoch's index table, [1] = optimizer steps
-// done so far (dropout counters, Adam's t). advance_step increments both.
-constexpr size_t kStepStateBytes = 2 * sizeof(uint32_t);
 
 // A recorded sequence of queued work that can be run again without the host re-issuing it.
 class CapturedWork {
@@ -100,6 +41,9 @@ class CapturedWork {
   virtual ~CapturedWork() = default;
   virtual void replay() = 0;
 };
+
+// Codes a kernel writes into the device's error flag (word 0; word 1 holds the offending value).
+enum class DeviceErrorCode : int32_t { none = 0, gather_index = 1, table_position = 2, label = 3 };
 
 class Device {
  public:
@@ -110,123 +54,267 @@ class Device {
 
   virtual const DeviceInfo& info() const = 0;
 
-  // ---- memory --------------------------------------------------------------------------------
-  // The caching pool every Tensor allocates from (core; built on raw_allocate / raw_free).
+  // ---- memory and ordering ---------------------------------------------------------------------
+  // The caching pool every Tensor allocates from (built on do_allocate / do_free).
   CachingAllocator& allocator();
-  // Required. A fresh device allocation; throws OutOfMemory naming requested and free bytes.
-  virtual void* raw_allocate(size_t bytes) = 0;
-  // Required. Returns an allocation; ordered after all work queued so far that uses it.
-  virtual void raw_free(void* handle) noexcept = 0;
-  // Required. Host to device; `host` may be reused as soon as this returns.
-  virtual void copy_from_host(DeviceMemory dst, const void* host, size_t bytes) = 0;
-  // Required. Device to host; waits for all queued work first.
-  virtual void copy_to_host(void* host, DeviceMemory src, size_t bytes) = 0;
-  // Required. Within this device, queued in order. Regions must not overlap.
-  virtual void copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) = 0;
-  // Required. dst[0..count) = value as float32 (0.0f also zeroes int32 buffers).
-  virtual void fill(DeviceMemory dst, int64_t count, float value) = 0;
-  // Required. Waits until all queued work has finished; rethrows a failure it met.
-  virtual void synchronize() = 0;
-
-  // ---- capture (optional) --------------------------------------------------------------------
+  // Raw byte copies (Tensor's methods are the checked way to use them). copy_from_host: `host`
+  // may be reused as soon as it returns; copy_to_host waits for all queued work first; regions
+  // of copy_on_device must not overlap.
+  void copy_from_host(DeviceMemory dst, const void* host, size_t bytes);
+  void copy_to_host(void* host, DeviceMemory src, size_t bytes);
+  void copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes);
+  // dst = value converted to dst's dtype (f32, i32; 0 zeroes any dtype).
+  void fill(const Tensor& dst, float value);
+  // Waits until all queued work has finished; rethrows a failure it met.
+  void synchronize();
   // Records the work `step` queues and returns it for replay, or nullptr where the backend cannot
-  // capture (default): callers then simply call `step` every time. `step` must not allocate or
-  // free device memory, nor read values back.
-  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& step) {
-    (void)step;
-    return nullptr;
-  }
+  // capture: callers then simply call `step` every time. `step` must not allocate or free device
+  // memory, nor read values back.
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& step);
 
-  // ---- linear algebra ------------------------------------------------------------------------
-  virtual void gemm(const GemmArgs& args) = 0;
-  // db[cols] = beta * db + sum over rows of dy[rows, cols] (the bias gradient of a Linear layer);
-  // beta == 0 means db is not read (as C in gemm).
-  virtual void sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db,
-                        float beta) = 0;
-  // y = a * x + b * y over n floats (gradient averaging, loss accumulation, weight averaging).
-  virtual void axpby(DeviceMemory x, DeviceMemory y, int64_t n, float a, float b) = 0;
+  // ---- linear algebra --------------------------------------------------------------------------
+  // See GemmArgs (core/op_types.h). C may not overlap A, B or the bias.
+  void gemm(const GemmArgs& args);
+  // y = a * x + b * y over all elements (x and y the same size); b == 0: y is not read.
+  void axpby(const Tensor& x, const Tensor& y, float a, float b);
 
   // ---- elementwise ---------------------------------------------------------------------------
-  // y = max(x, 0); y may alias x.
-  virtual void relu_forward(DeviceMemory x, DeviceMemory y, int64_t n) = 0;
-  // dx = dy where y > 0 else 0 (y is the forward output); dx may alias dy.
-  virtual void relu_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t n) = 0;
+  // y = op(x); y may be x itself (same memory).
+  void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha = 0.0f);
+  // dx = dy * op'(x), computed from y = op(x) where the op allows (relu, leaky_relu, tanh,
+  // sigmoid) and from x otherwise (unary_backward_needs_input); the other may be undefined.
+  // dx may be dy itself.
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      const Tensor& dx, float alpha = 0.0f);
   // Inverted dropout: y[i] = keep(g) ? x[i] / (1 - p) : 0 with g = group_offset + i / group.
   // keep(g) = philox_uniform(seed, stream, step_state[1], g) >= p (core/philox.h defines it
   // bit for bit). group = 1 is Dropout, group = H*W is Dropout2d (one draw per channel). The
-  // backward pass is the same call on dy. y may alias x.
-  virtual void dropout(DeviceMemory x, DeviceMemory y, int64_t n, int64_t group,
-                       int64_t group_offset, float p, uint64_t seed, uint32_t stream,
-                       DeviceMemory step_state) = 0;
+  // backward pass is the same call on dy. y may be x itself.
+  void dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset, float p,
+               uint64_t seed, uint32_t stream, const Tensor& step_state);
 
-  // ---- convolution and pooling ---------------------------------------------------------------
-  // Bytes of scratch conv2d_forward / conv2d_backward need for this shape (im2col buffers ...).
-  virtual size_t conv2d_workspace_bytes(const Conv2dShape& s) const = 0;
-  // y[N, OC, OH, OW] = conv(x[N, C, H, W], w) + b.
-  virtual void conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
-                              DeviceMemory b, DeviceMemory y, DeviceMemory workspace) = 0;
-  // dw, db (and dx unless its handle is null: the first layer needs no input gradient).
-  // after_forward: `workspace` is as conv2d_forward left it for this same s, x and w (nothing
-  // has written it since), so a backend may reuse what it put there (the im2col columns)
-  // instead of recomputing it; false: its contents are unknown.
-  virtual void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
-                               DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
-                               DeviceMemory db, DeviceMemory workspace, bool after_forward) = 0;
-  // y[N, C, OH, OW] = window max; argmax (int32, same shape) = flat h*W+w index of the max in x's plane.
-  virtual void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
-                                 DeviceMemory argmax) = 0;
-  // dx[N, C, H, W] = dy scattered to the argmax positions (zero elsewhere; overlaps add; an
-  // argmax of -1 sends nothing).
-  virtual void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
-                                  DeviceMemory dx) = 0;
+  // ---- per-channel broadcast and reduction, over x viewed as [outer, channels, inner] --------
+  // y = x * scale[c] + shift[c]; scale or shift undefined: 1 or 0. y may be x itself.
+  void channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                      const Tensor& y, int64_t outer, int64_t channels, int64_t inner);
+  // out[c] = beta * out[c] + sum over outer and inner of x (times y, when y is defined: sums of
+  // squares and products). beta == 0: out is not read.
+  void channel_sums(const Tensor& x, const Tensor& y, const Tensor& out, int64_t outer,
+                    int64_t channels, int64_t inner, float beta);
+  // db[cols] = beta * db + sum over rows of dy[rows, cols]: channel_sums with inner 1.
+  void sum_rows(const Tensor& dy, int64_t rows, int64_t cols, const Tensor& db, float beta);
 
-  // ---- classification head -------------------------------------------------------------------
-  // y[r, :] = x[r, :] - logsumexp(x[r, :]) over rows x cols.
-  virtual void log_softmax_forward(DeviceMemory x, DeviceMemory y, int64_t rows,
-                                   int64_t cols) = 0;
+  // ---- convolution ---------------------------------------------------------------------------
+  // Bytes of scratch conv2d_forward / conv2d_backward need for this shape.
+  size_t conv2d_workspace_bytes(const Conv2dShape& s) const;
+  // y[N, OC, OH, OW] = conv(x[N, C, H, W], w) + b (b undefined: no bias). The front remembers
+  // what the workspace holds after the forward (the backend may leave data derived from x there),
+  // and tells the backward when it is still valid: no write through this device to the workspace
+  // or to x happened in between. Model code never sees that state.
+  void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y, const Tensor& workspace);
+  // dw (and db, and dx, each unless undefined) from dy[N, OC, OH, OW].
+  void conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& dy,
+                       const Tensor& dx, const Tensor& dw, const Tensor& db,
+                       const Tensor& workspace);
+  // One sample's patch matrix: col[C*KH*KW, OH*OW] from x[C, H, W] (zero outside the image);
+  // row (c, kh, kw), column (oh, ow) holds x[c, oh*SH - PH + kh, ow*SW - PW + kw]. s.batch is
+  // ignored. col2im is its adjoint: dx[C, H, W] = the columns summed back (overwrites dx).
+  void im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col);
+  void col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx);
+
+  // ---- pooling ---------------------------------------------------------------------------------
+  // y[N, C, OH, OW] = window max; argmax (i32, same shape) = flat h*W+w of the first maximum in
+  // x's plane (NaN wins, as in PyTorch); see Pool2dShape::relu.
+  void maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                         const Tensor& argmax);
+  // dx[N, C, H, W] = dy added at the argmax positions, zero elsewhere (-1 sends nothing).
+  void maxpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                          const Tensor& dx);
+  // y = window mean (padding counted); its backward spreads dy / window size over each window.
+  void avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y);
+  void avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx);
+
+  // ---- normalisation ---------------------------------------------------------------------------
+  // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] (gamma, beta undefined: 1, 0). Training:
+  // mean and invstd = 1/sqrt(var + eps) of this batch (biased variance) are written to
+  // save_mean / save_invstd [C] for the backward, and running_mean / running_var are updated
+  // (see BatchNormShape). Evaluation: the running statistics, nothing written but y.
+  void batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                         const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                         const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
+                         const Tensor& save_invstd);
+  // dx, and dgamma / dbeta (unless undefined), for the training forward that saved
+  // save_mean / save_invstd.
+  void batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
+                          const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                          const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+
+  // ---- losses and the classification head (x, y, dx: [rows, cols]; labels: i32 [rows]) -------
+  // The target distribution of a row with label l and label smoothing e in [0, 1):
+  // t[c] = (1 - e) * (c == l) + e / cols (PyTorch's CrossEntropyLoss label_smoothing).
+  // y[r, :] = x[r, :] - logsumexp(x[r, :]).
+  void log_softmax_forward(const Tensor& x, const Tensor& y);
   // dx = dy - exp(y) * sum(dy[r, :]) (y is the forward output).
-  virtual void log_softmax_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx,
-                                    int64_t rows, int64_t cols) = 0;
-  // loss[0] = (accumulate ? loss[0] : 0) + mean over rows of -logp[r, labels[r]]; labels int32.
-  virtual void nll_loss_forward(DeviceMemory logp, DeviceMemory labels, int64_t rows,
-                                int64_t cols, DeviceMemory loss, bool accumulate) = 0;
-  // dlogp[r, c] = (c == labels[r]) ? -scale : 0 (scale = 1/rows for the mean loss).
-  virtual void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
-                                 DeviceMemory dlogp) = 0;
-  // A training step's classification head in one op (log_softmax_forward, nll_loss_forward,
-  // nll_loss_backward and log_softmax_backward in one pass): y = log_softmax(x);
-  // loss[0] = (accumulate ? loss[0] : 0) + mean over rows of -y[r, labels[r]];
-  // dx[r, c] = grad_scale * (exp(y[r, c]) - (c == labels[r])), the gradient of the NLL summed
-  // over rows times grad_scale (1/rows: of the mean) with respect to x. labels int32.
-  virtual void log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
-                               float grad_scale, DeviceMemory y, DeviceMemory loss,
-                               bool accumulate, DeviceMemory dx) = 0;
-  // correct[0] += number of rows whose first maximal score is at labels[r] (float32 count).
-  virtual void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows,
-                             int64_t cols, DeviceMemory correct) = 0;
+  void log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
+  // loss[0] = (accumulate ? loss[0] : 0) + mean over rows of -sum_c t[c] * logp[r, c].
+  void nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,
+                        bool accumulate, float label_smoothing = 0.0f);
+  // dlogp[r, c] = -scale * t[c] (scale = 1/rows for the mean loss).
+  void nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float scale,
+                         float label_smoothing = 0.0f);
+  // The training head in one op (cross-entropy on logits): y = log_softmax(x), the loss as
+  // nll_loss_forward on y, and dx = grad_scale * (exp(y) - t), the gradient of the summed loss
+  // times grad_scale (1/rows: of the mean).
+  void log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
+                       float label_smoothing, const Tensor& y, const Tensor& loss,
+                       bool accumulate, const Tensor& dx);
+  // Mean squared error against the one-hot labels (PyTorch's MSELoss, mean over all elements):
+  // loss[0] = (accumulate ? loss[0] : 0) + sum (x - onehot)^2 / (rows * cols);
+  // dx = grad_scale * 2 * (x - onehot) / cols (grad_scale 1/rows: of the mean).
+  void mse_loss(const Tensor& x, const Tensor& labels, float grad_scale, const Tensor& loss,
+                bool accumulate, const Tensor& dx);
+  // correct[0] += number of rows whose first maximal score is at labels[r] (f32 count).
+  void count_correct(const Tensor& scores, const Tensor& labels, const Tensor& correct);
 
-  // ---- data and optimizer --------------------------------------------------------------------
-  // dst[i, :] = src[table[step_state[0] * rows + i], :] for i < rows; rows of row_bytes bytes of
-  // any dtype; table is int32. Only batch indices travel per step; the data set stays resident.
-  virtual void gather_rows(DeviceMemory src, size_t row_bytes, DeviceMemory table, int64_t rows,
-                           DeviceMemory step_state, DeviceMemory dst) = 0;
+  // ---- data --------------------------------------------------------------------------------------
+  // dst[i, ...] = src[table[step_state[0] * rows + i], ...] for i < rows = dst.dim(0); rows of
+  // any dtype (src and dst alike). Only batch indices travel per step; the data set stays resident.
+  void gather_rows(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                   const Tensor& dst);
+  // A batch of samples: dst[i] (f32 [rows, C, H, W]) = transform(src[table[step_state[0] * rows
+  // + i]]) with src [count, C, H, W] in u8 or f32; see SampleTransform.
+  void gather_samples(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                      const SampleTransform& transform, const Tensor& dst);
   // step_state[0] += 1, step_state[1] += 1.
-  virtual void advance_step(DeviceMemory step_state) = 0;
-  // One launch over a whole flat parameter buffer of n floats (see SgdParams).
-  virtual void sgd_update(DeviceMemory params, DeviceMemory grads, DeviceMemory momentum,
-                          int64_t n, const SgdParams& hp) = 0;
-  // One launch over a whole flat parameter buffer of n floats (see AdamParams).
-  virtual void adam_update(DeviceMemory params, DeviceMemory grads, DeviceMemory m,
-                           DeviceMemory v, int64_t n, const AdamParams& hp,
-                           DeviceMemory step_state) = 0;
+  void advance_step(const Tensor& step_state);
+
+  // ---- optimizer updates, one launch over a whole flat parameter buffer -----------------------
+  // See SgdParams; momentum may be undefined when hp.momentum == 0 and there is no schedule.
+  void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                  const SgdParams& hp, const UpdateControl& control, const Tensor& step_state);
+  // See AdamParams.
+  void adam_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+                   const AdamParams& hp, const UpdateControl& control,
+                   const Tensor& step_state);
 
  protected:
-  // Derived destructors call this first: it hands cached blocks back through raw_free while the
+  // ---- required slots ----------------------------------------------------------------------------
+  // A fresh allocation; throws OutOfMemory naming requested and free bytes.
+  virtual void* do_allocate(size_t bytes) = 0;
+  // Returns an allocation; ordered after all work queued so far that uses it.
+  virtual void do_free(void* handle) noexcept = 0;
+  virtual void do_copy_from_host(DeviceMemory dst, const void* host, size_t bytes) = 0;
+  virtual void do_copy_to_host(void* host, DeviceMemory src, size_t bytes) = 0;
+  virtual void do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) = 0;
+  virtual void do_fill(const Tensor& dst, float value) = 0;
+  virtual void do_synchronize() = 0;
+  // GEMM without epilogue (args.has_epilogue() is false); strides are filled in.
+  virtual void do_gemm(const GemmArgs& args) = 0;
+  virtual void do_axpby(const Tensor& x, const Tensor& y, float a, float b) = 0;
+  virtual void do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) = 0;
+  virtual void do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                 const Tensor& dx, float alpha) = 0;
+  virtual void do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
+                          float p, uint64_t seed, uint32_t stream, const Tensor& step_state) = 0;
+  virtual void do_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                                 const Tensor& y, int64_t outer, int64_t channels,
+                                 int64_t inner) = 0;
+  virtual void do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out,
+                               int64_t outer, int64_t channels, int64_t inner, float beta) = 0;
+  virtual void do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) = 0;
+  virtual void do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) = 0;
+  virtual void do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                                    const Tensor& argmax) = 0;
+  virtual void do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
+                                     const Tensor& argmax, const Tensor& dx) = 0;
+  virtual void do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) = 0;
+  virtual void do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy,
+                                     const Tensor& dx) = 0;
+  virtual void do_batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                    const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& running_mean, const Tensor& running_var,
+                                    const Tensor& y, const Tensor& save_mean,
+                                    const Tensor& save_invstd) = 0;
+  virtual void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
+                                     const Tensor& gamma, const Tensor& save_mean,
+                                     const Tensor& save_invstd, const Tensor& dx,
+                                     const Tensor& dgamma, const Tensor& dbeta) = 0;
+  virtual void do_log_softmax_forward(const Tensor& x, const Tensor& y) = 0;
+  virtual void do_log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void do_nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,
+                                   bool accumulate, float label_smoothing) = 0;
+  virtual void do_nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float scale,
+                                    float label_smoothing) = 0;
+  virtual void do_mse_loss(const Tensor& x, const Tensor& labels, float grad_scale,
+                           const Tensor& loss, bool accumulate, const Tensor& dx) = 0;
+  virtual void do_count_correct(const Tensor& scores, const Tensor& labels,
+                                const Tensor& correct) = 0;
+  virtual void do_gather_rows(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                              const Tensor& dst) = 0;
+  virtual void do_gather_samples(const Tensor& src, const Tensor& table,
+                                 const Tensor& step_state, const SampleTransform& transform,
+                                 const Tensor& dst) = 0;
+  virtual void do_advance_step(const Tensor& step_state) = 0;
+  virtual void do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                             const SgdParams& hp, const UpdateControl& control,
+                             const Tensor& step_state) = 0;
+  virtual void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
+                              const Tensor& v, const AdamParams& hp,
+                              const UpdateControl& control, const Tensor& step_state) = 0;
+
+  // ---- optional slots (defaults in core/default_ops.cpp) -----------------------------------------
+  // Default: nullptr (no capture; the step runs eagerly every time).
+  virtual std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step);
+  // GEMM with bias and/or activation (args.has_epilogue()). Default: do_gemm, then
+  // channel_affine for the bias, then unary_forward.
+  virtual void do_gemm_fused(const GemmArgs& args);
+  // Default: one sample's im2col columns (the workspace of the default convolution).
+  virtual size_t do_conv2d_workspace_bytes(const Conv2dShape& s) const;
+  // Default: per sample, im2col then GEMM, bias through channel_affine. Returns whether the
+  // workspace now holds something derived from x that a backward may reuse (the default: no).
+  virtual bool do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                 const Tensor& b, const Tensor& y, const Tensor& workspace);
+  // Default: per sample, im2col, dw += dy_n col_n^T, col2im(W^T dy_n); db by channel_sums.
+  // workspace_valid: the workspace still holds what this backend's forward left there for the
+  // same x and shape. Returns whether it still does afterwards.
+  virtual bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                  const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                  const Tensor& db, const Tensor& workspace,
+                                  bool workspace_valid);
+  // Default: log_softmax_forward, nll_loss_forward, then dx = grad_scale * (exp(y) - t) through
+  // nll_loss_backward and log_softmax_backward (on the y and dx buffers).
+  virtual void do_log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
+                                  float label_smoothing, const Tensor& y, const Tensor& loss,
+                                  bool accumulate, const Tensor& dx);
+
+  // ---- for backends ------------------------------------------------------------------------------
+  // Derived destructors call this first: it hands cached blocks back through do_free while the
   // derived object (and its driver context) still exists.
   void release_pool() noexcept;
+  // i32 [2] on this device: {DeviceErrorCode, offending value}; kernels that meet bad data write
+  // it (first writer wins is not required: any one report is enough). Allocated before the first
+  // op that may need it and before a capture starts.
+  const Tensor& error_flag();
 
  private:
+  friend class CachingAllocator;
+  // What a workspace holds after a conv2d_forward: the input it was computed from.
+  struct WorkspaceClaim {
+    DeviceMemory workspace, input;
+    size_t workspace_bytes = 0, input_bytes = 0;
+    Conv2dShape shape;
+  };
+  // Forgets the claims whose workspace or input overlaps [memory, memory + bytes).
+  void invalidate_claims(DeviceMemory memory, size_t bytes);
+  void invalidate_claims(const Tensor& written);
+  // Turns a raised error flag into a BackendError (and clears it).
+  void check_error_flag();
+
   std::unique_ptr<CachingAllocator> allocator_;
+  Tensor error_flag_;
+  std::mutex claims_mutex_;
+  std::vector<WorkspaceClaim> claims_;
 };
 
 }  // namespace trident

@@ -2,6 +2,7 @@
 #include "core/tensor.h"
 
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/error.h"
 
 namespace trident {
@@ -42,9 +43,7 @@ Tensor Tensor::empty(Device& device, const Shape& shape, DType dtype) {
 
 Tensor Tensor::zeros(Device& device, const Shape& shape, DType dtype) {
   Tensor t = empty(device, shape, dtype);
-  if (dtype != DType::f32 && dtype != DType::i32)
-    throw ShapeError(std::string("zeros: unsupported dtype ") + dtype_name(dtype));
-  if (t.numel() > 0) device.fill(t.memory(), t.numel(), 0.0f);
+  if (t.numel() > 0) device.fill(t, 0.0f);
   return t;
 }
 
@@ -59,6 +58,15 @@ Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<f
 
 Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<int32_t>& values) {
   Tensor t = empty(device, shape, DType::i32);
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw ShapeError("from_host: " + std::to_string(values.size()) + " values for shape " +
+                     shape_string(shape));
+  t.copy_from_host(values.data(), t.bytes());
+  return t;
+}
+
+Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<uint8_t>& values) {
+  Tensor t = empty(device, shape, DType::u8);
   if (static_cast<int64_t>(values.size()) != t.numel())
     throw ShapeError("from_host: " + std::to_string(values.size()) + " values for shape " +
                      shape_string(shape));
@@ -95,6 +103,19 @@ Tensor Tensor::reshape(const Shape& shape) const {
     throw ShapeError("cannot reshape " + shape_string(shape_) + " to " + shape_string(shape));
   Tensor t = *this;
   t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::reinterpret(DType dtype, const Shape& shape, size_t byte_offset) const {
+  const size_t size = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (!storage_ || byte_offset + size > bytes())
+    throw ShapeError("reinterpreting " + std::to_string(bytes()) + " bytes as " +
+                     shape_string(shape) + " " + dtype_name(dtype) + " at byte " +
+                     std::to_string(byte_offset) + " runs past the end");
+  Tensor t = *this;
+  t.byte_offset_ = byte_offset_ + byte_offset;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
   return t;
 }
 

@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "core/device_types.h"
 #include "core/dtype.h"
 
 namespace trident {
+
+class Device;
 
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
@@ -23,6 +25,7 @@ class Tensor {
   static Tensor zeros(Device& device, const Shape& shape, DType dtype = DType::f32);
   static Tensor from_host(Device& device, const Shape& shape, const std::vector<float>& values);
   static Tensor from_host(Device& device, const Shape& shape, const std::vector<int32_t>& values);
+  static Tensor from_host(Device& device, const Shape& shape, const std::vector<uint8_t>& values);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -39,6 +42,9 @@ class Tensor {
   Tensor view(int64_t element_offset, const Shape& shape) const;
   // Same memory, new shape with the same element count.
   Tensor reshape(const Shape& shape) const;
+  // The same bytes read as another dtype: `shape` of `dtype` starting `byte_offset` bytes in
+  // (scratch buffers allocated as bytes and used as floats). Bounds are checked.
+  Tensor reinterpret(DType dtype, const Shape& shape, size_t byte_offset = 0) const;
 
   void copy_from_host(const void* host, size_t bytes);
   void copy_from(const Tensor& other);  // same device, same byte size

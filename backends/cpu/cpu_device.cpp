@@ -9,23 +9,29 @@
 #include <oneapi/tbb/version.h>
 
 #include "core/error.h"
+#include "kernels/cpu/batchnorm.h"
+#include "kernels/cpu/channel.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/im2col.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gather.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/optimizers.h"
 #include "kernels/cpu/pool2d.h"
-#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/softmax_nll.h"
 
 namespace trident {
 namespace {
 
-// The host address of a DeviceMemory (null stays null: optional operands).
+// The host address of a tensor's data (an undefined tensor gives null: optional operands).
 template <class T = float>
 T* at(DeviceMemory m) {
   if (!m.handle) return nullptr;
   return reinterpret_cast<T*>(static_cast<char*>(m.handle) + m.offset);
+}
+template <class T = float>
+T* at(const Tensor& t) {
+  return at<T>(t.memory());
 }
 
 uint64_t page_bytes(int which) {
@@ -59,7 +65,7 @@ CpuDevice::CpuDevice(int index, int threads, const std::string& cpu_name)
 
 CpuDevice::~CpuDevice() { release_pool(); }
 
-void* CpuDevice::raw_allocate(size_t bytes) {
+void* CpuDevice::do_allocate(size_t bytes) {
   constexpr size_t kAlign = 64;  // a cache line, and a full AVX-512 vector
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
@@ -70,144 +76,279 @@ void* CpuDevice::raw_allocate(size_t bytes) {
   return p;
 }
 
-void CpuDevice::raw_free(void* handle) noexcept { std::free(handle); }
+void CpuDevice::do_free(void* handle) noexcept { std::free(handle); }
 
-void CpuDevice::copy_from_host(DeviceMemory dst, const void* host, size_t bytes) {
+void CpuDevice::do_copy_from_host(DeviceMemory dst, const void* host, size_t bytes) {
   run([&] { cpu::copy_bytes(at<char>(dst), host, bytes); });
 }
 
-void CpuDevice::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
+void CpuDevice::do_copy_to_host(void* host, DeviceMemory src, size_t bytes) {
   run([&] { cpu::copy_bytes(host, at<char>(src), bytes); });
 }
 
-void CpuDevice::copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
+void CpuDevice::do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
   run([&] { cpu::copy_bytes(at<char>(dst), at<char>(src), bytes); });
 }
 
-void CpuDevice::fill(DeviceMemory dst, int64_t count, float value) {
-  run([&] { cpu::fill(at(dst), count, value); });
-}
-
-void CpuDevice::gemm(const GemmArgs& g) {
+void CpuDevice::do_fill(const Tensor& dst, float value) {
   run([&] {
-    cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at(g.a), g.lda, at(g.b), g.ldb,
-               g.beta, at(g.c), g.ldc,
-               cpu::GemmEpilogue{at(g.bias), g.bias.handle ? cpu_bias_kind(g.bias_kind)
-                                                           : cpu::BiasKind::none,
-                                 g.relu});
+    if (value == 0.0f) return cpu::fill_zero_bytes(at<void>(dst), dst.bytes());
+    switch (dst.dtype()) {
+      case DType::f32: return cpu::fill(at(dst), dst.numel(), value);
+      case DType::i32: return cpu::fill_i32(at<int32_t>(dst), dst.numel(), int32_t(value));
+      default:
+        throw ShapeError(info_.id() + ": fill with a non-zero value supports F32 and I32, not " +
+                         dtype_name(dst.dtype()));
+    }
   });
 }
 
-void CpuDevice::sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db,
-                         float beta) {
-  run([&] { cpu::sum_rows(at(dy), rows, cols, at(db), beta); });
-}
+// ---- linear algebra ----------------------------------------------------------------------------
 
-void CpuDevice::axpby(DeviceMemory x, DeviceMemory y, int64_t n, float a, float b) {
-  run([&] { cpu::axpby(at(x), at(y), n, a, b); });
-}
-
-void CpuDevice::relu_forward(DeviceMemory x, DeviceMemory y, int64_t n) {
-  run([&] { cpu::relu_forward(at(x), at(y), n); });
-}
-
-void CpuDevice::relu_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t n) {
-  run([&] { cpu::relu_backward(at(y), at(dy), at(dx), n); });
-}
-
-void CpuDevice::dropout(DeviceMemory x, DeviceMemory y, int64_t n, int64_t group,
-                        int64_t group_offset, float p, uint64_t seed, uint32_t stream,
-                        DeviceMemory step_state) {
+void CpuDevice::do_gemm(const GemmArgs& g) {
   run([&] {
-    cpu::dropout(at(x), at(y), n, group, group_offset, p, seed, stream,
+    cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at(g.a), g.lda, at(g.b), g.ldb,
+               g.beta, at(g.c), g.ldc);
+  });
+}
+
+// Bias and ReLU ride in the SGEMM's store; other activations take one pass over C afterwards.
+void CpuDevice::do_gemm_fused(const GemmArgs& g) {
+  const bool relu = g.activation == UnaryOp::relu;
+  run([&] {
+    cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at(g.a), g.lda, at(g.b), g.ldb,
+               g.beta, at(g.c), g.ldc,
+               cpu::GemmEpilogue{at(g.bias), cpu_bias_kind(g.bias_kind), relu});
+    if (relu || g.activation == UnaryOp::identity) return;
+    for (int64_t r = 0; r < g.m; ++r) {
+      float* row = at(g.c) + r * g.ldc;
+      cpu::unary_forward(g.activation, row, row, g.n, g.activation_alpha);
+    }
+  });
+}
+
+void CpuDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
+  run([&] { cpu::axpby(at(x), at(y), y.numel(), a, b); });
+}
+
+// ---- elementwise -------------------------------------------------------------------------------
+
+void CpuDevice::do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) {
+  run([&] { cpu::unary_forward(op, at(x), at(y), x.numel(), alpha); });
+}
+
+void CpuDevice::do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                  const Tensor& dx, float alpha) {
+  run([&] { cpu::unary_backward(op, at(x), at(y), at(dy), at(dx), dy.numel(), alpha); });
+}
+
+void CpuDevice::do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
+                           float p, uint64_t seed, uint32_t stream, const Tensor& step_state) {
+  run([&] {
+    cpu::dropout(at(x), at(y), x.numel(), group, group_offset, p, seed, stream,
                  at<uint32_t>(step_state)[1]);
   });
 }
 
-size_t CpuDevice::conv2d_workspace_bytes(const Conv2dShape& s) const {
+void CpuDevice::do_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                                  const Tensor& y, int64_t outer, int64_t channels,
+                                  int64_t inner) {
+  run([&] { cpu::channel_affine(at(x), at(scale), at(shift), at(y), outer, channels, inner); });
+}
+
+void CpuDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out,
+                                int64_t outer, int64_t channels, int64_t inner, float beta) {
+  run([&] { cpu::channel_sums(at(x), at(y), at(out), outer, channels, inner, beta); });
+}
+
+// ---- convolution and pooling -------------------------------------------------------------------
+
+size_t CpuDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   return cpu::conv2d_workspace_bytes(s, threads_);
 }
 
-void CpuDevice::conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
-                               DeviceMemory b, DeviceMemory y, DeviceMemory workspace) {
+bool CpuDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                  const Tensor& b, const Tensor& y, const Tensor& workspace) {
   run([&] { cpu::conv2d_forward(s, at(x), at(w), at(b), at(y), at<void>(workspace), threads_); });
+  return false;  // the convolution works through the batch in cache-sized chunks: nothing kept
 }
 
-void CpuDevice::conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w,
-                                DeviceMemory dy, DeviceMemory dx, DeviceMemory dw,
-                                DeviceMemory db, DeviceMemory workspace, bool) {
-  // The CPU convolution works through the batch in cache-sized chunks: nothing to reuse.
+bool CpuDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                   const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                   const Tensor& db, const Tensor& workspace, bool) {
   run([&] {
     cpu::conv2d_backward(s, at(x), at(w), at(dy), at(dx), at(dw), at(db), at<void>(workspace),
                          threads_);
   });
+  return false;
 }
 
-void CpuDevice::maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
-                                  DeviceMemory argmax) {
+void CpuDevice::do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
+  run([&] { cpu::im2col(s, at(x), at(col)); });
+}
+
+void CpuDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
+  run([&] { cpu::col2im(s, at(col), at(dx)); });
+}
+
+void CpuDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                                     const Tensor& argmax) {
   run([&] { cpu::maxpool2d_forward(s, at(x), at(y), at<int32_t>(argmax)); });
 }
 
-void CpuDevice::maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
-                                   DeviceMemory dx) {
+void CpuDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
+                                      const Tensor& argmax, const Tensor& dx) {
   run([&] { cpu::maxpool2d_backward(s, at(dy), at<int32_t>(argmax), at(dx)); });
 }
 
-void CpuDevice::log_softmax_forward(DeviceMemory x, DeviceMemory y, int64_t rows, int64_t cols) {
-  run([&] { cpu::log_softmax_forward(at(x), at(y), rows, cols); });
+void CpuDevice::do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
+  run([&] { cpu::avgpool2d_forward(s, at(x), at(y)); });
 }
 
-void CpuDevice::log_softmax_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx,
-                                     int64_t rows, int64_t cols) {
-  run([&] { cpu::log_softmax_backward(at(y), at(dy), at(dx), rows, cols); });
+void CpuDevice::do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
+  run([&] { cpu::avgpool2d_backward(s, at(dy), at(dx)); });
 }
 
-void CpuDevice::nll_loss_forward(DeviceMemory logp, DeviceMemory labels, int64_t rows,
-                                 int64_t cols, DeviceMemory loss, bool accumulate) {
-  run([&] { cpu::nll_loss_forward(at(logp), at<int32_t>(labels), rows, cols, at(loss), accumulate); });
-}
-
-void CpuDevice::nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
-                                  DeviceMemory dlogp) {
-  run([&] { cpu::nll_loss_backward(at<int32_t>(labels), rows, cols, scale, at(dlogp)); });
-}
-
-void CpuDevice::log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
-                                float grad_scale, DeviceMemory y, DeviceMemory loss,
-                                bool accumulate, DeviceMemory dx) {
+void CpuDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                     const Tensor& gamma, const Tensor& beta,
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     const Tensor& y, const Tensor& save_mean,
+                                     const Tensor& save_invstd) {
   run([&] {
-    cpu::log_softmax_nll(at(x), at<int32_t>(labels), rows, cols, grad_scale, at(y), at(loss),
-                         accumulate, at(dx));
+    cpu::batchnorm_forward(s, training, at(x), at(gamma), at(beta), at(running_mean),
+                           at(running_var), at(y), at(save_mean), at(save_invstd));
   });
 }
 
-void CpuDevice::count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows,
-                              int64_t cols, DeviceMemory correct) {
-  run([&] { cpu::count_correct(at(scores), at<int32_t>(labels), rows, cols, at(correct)); });
-}
-
-void CpuDevice::gather_rows(DeviceMemory src, size_t row_bytes, DeviceMemory table, int64_t rows,
-                            DeviceMemory step_state, DeviceMemory dst) {
+void CpuDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
+                                      const Tensor& gamma, const Tensor& save_mean,
+                                      const Tensor& save_invstd, const Tensor& dx,
+                                      const Tensor& dgamma, const Tensor& dbeta) {
   run([&] {
-    cpu::gather_rows(at<void>(src), row_bytes, at<int32_t>(table), rows,
-                     at<uint32_t>(step_state)[0], at<void>(dst));
+    cpu::batchnorm_backward(s, at(x), at(dy), at(gamma), at(save_mean), at(save_invstd), at(dx),
+                            at(dgamma), at(dbeta));
   });
 }
 
-void CpuDevice::advance_step(DeviceMemory step_state) {
+// ---- losses and the classification head --------------------------------------------------------
+
+void CpuDevice::do_log_softmax_forward(const Tensor& x, const Tensor& y) {
+  run([&] { cpu::log_softmax_forward(at(x), at(y), x.dim(0), x.dim(1)); });
+}
+
+void CpuDevice::do_log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  run([&] { cpu::log_softmax_backward(at(y), at(dy), at(dx), y.dim(0), y.dim(1)); });
+}
+
+void CpuDevice::do_nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,
+                                    bool accumulate, float label_smoothing) {
+  run([&] {
+    cpu::nll_loss_forward(at(logp), at<int32_t>(labels), logp.dim(0), logp.dim(1), at(loss),
+                          accumulate, label_smoothing);
+  });
+}
+
+void CpuDevice::do_nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float scale,
+                                     float label_smoothing) {
+  run([&] {
+    cpu::nll_loss_backward(at<int32_t>(labels), dlogp.dim(0), dlogp.dim(1), scale, at(dlogp),
+                           label_smoothing);
+  });
+}
+
+void CpuDevice::do_log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
+                                   float label_smoothing, const Tensor& y, const Tensor& loss,
+                                   bool accumulate, const Tensor& dx) {
+  run([&] {
+    cpu::log_softmax_nll(at(x), at<int32_t>(labels), x.dim(0), x.dim(1), grad_scale,
+                         label_smoothing, at(y), at(loss), accumulate, at(dx));
+  });
+}
+
+void CpuDevice::do_mse_loss(const Tensor& x, const Tensor& labels, float grad_scale,
+                            const Tensor& loss, bool accumulate, const Tensor& dx) {
+  run([&] {
+    cpu::mse_loss(at(x), at<int32_t>(labels), x.dim(0), x.dim(1), grad_scale, at(loss),
+                  accumulate, at(dx));
+  });
+}
+
+void CpuDevice::do_count_correct(const Tensor& scores, const Tensor& labels,
+                                 const Tensor& correct) {
+  run([&] {
+    cpu::count_correct(at(scores), at<int32_t>(labels), scores.dim(0), scores.dim(1),
+                       at(correct));
+  });
+}
+
+// ---- data and optimizer ------------------------------------------------------------------------
+
+void CpuDevice::do_gather_rows(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                               const Tensor& dst) {
+  const int64_t rows = dst.dim(0);
+  run([&] {
+    cpu::gather_rows(at<void>(src), src.dim(0), dst.bytes() / size_t(rows), at<int32_t>(table),
+                     table.numel(), rows, at<uint32_t>(step_state)[0], at<void>(dst));
+  });
+}
+
+void CpuDevice::do_gather_samples(const Tensor& src, const Tensor& table,
+                                  const Tensor& step_state, const SampleTransform& t,
+                                  const Tensor& dst) {
+  cpu::SampleTransformHost host;
+  host.scale = t.scale;
+  host.mean = at(t.mean);
+  host.inv_std = at(t.inv_std);
+  host.crop_padding = t.crop_padding;
+  host.horizontal_flip = t.horizontal_flip;
+  host.seed = t.seed;
+  host.stream = t.stream;
+  host.sample_offset = t.sample_offset;
+  const uint32_t* state = at<uint32_t>(step_state);
+  run([&] {
+    cpu::gather_samples(at<void>(src), src.dtype() == DType::u8, src.dim(0), src.dim(1),
+                        src.dim(2), src.dim(3), at<int32_t>(table), table.numel(), dst.dim(0),
+                        state[0], state[1], host, at(dst));
+  });
+}
+
+void CpuDevice::do_advance_step(const Tensor& step_state) {
   cpu::advance_step(at<uint32_t>(step_state));
 }
 
-void CpuDevice::sgd_update(DeviceMemory params, DeviceMemory grads, DeviceMemory momentum,
-                           int64_t n, const SgdParams& hp) {
-  run([&] { cpu::sgd_update(at(params), at(grads), at(momentum), n, hp); });
+namespace {
+
+cpu::ResolvedStep resolve(float lr, float momentum, float grad_scale, const UpdateControl& c,
+                          const Tensor& step_state) {
+  return cpu::resolve_step(lr, momentum, grad_scale, at(c.schedule),
+                           c.schedule.defined() ? c.schedule.numel() / 2 : 0, at(c.grad_sumsq),
+                           c.max_norm, step_state.defined() ? at<uint32_t>(step_state)[1] : 0u);
 }
 
-void CpuDevice::adam_update(DeviceMemory params, DeviceMemory grads, DeviceMemory m,
-                            DeviceMemory v, int64_t n, const AdamParams& hp,
-                            DeviceMemory step_state) {
+}  // namespace
+
+void CpuDevice::do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                              const SgdParams& hp, const UpdateControl& control,
+                              const Tensor& step_state) {
+  const cpu::ResolvedStep r = resolve(hp.lr, hp.momentum, hp.grad_scale, control, step_state);
+  SgdParams resolved = hp;
+  resolved.lr = r.lr;
+  resolved.momentum = r.momentum;
+  resolved.grad_scale = r.grad_scale;
+  run([&] { cpu::sgd_update(at(params), at(grads), at(momentum), params.numel(), resolved); });
+}
+
+void CpuDevice::do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
+                               const Tensor& v, const AdamParams& hp,
+                               const UpdateControl& control, const Tensor& step_state) {
+  const cpu::ResolvedStep r = resolve(hp.lr, hp.beta1, hp.grad_scale, control, step_state);
+  AdamParams resolved = hp;
+  resolved.lr = r.lr;
+  resolved.beta1 = r.momentum;
+  resolved.grad_scale = r.grad_scale;
   run([&] {
-    cpu::adam_update(at(params), at(grads), at(m), at(v), n, hp, at<uint32_t>(step_state)[1]);
+    cpu::adam_update(at(params), at(grads), at(m), at(v), params.numel(), resolved,
+                     at<uint32_t>(step_state)[1]);
   });
 }
 

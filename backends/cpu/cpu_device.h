@@ -19,56 +19,77 @@ class CpuDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   int threads() const { return threads_; }
 
-  void* raw_allocate(size_t bytes) override;
-  void raw_free(void* handle) noexcept override;
-  void copy_from_host(DeviceMemory dst, const void* host, size_t bytes) override;
-  void copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
-  void copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
-  void fill(DeviceMemory dst, int64_t count, float value) override;
-  void synchronize() override {}  // every op has finished when it returns
+ protected:
+  void* do_allocate(size_t bytes) override;
+  void do_free(void* handle) noexcept override;
+  void do_copy_from_host(DeviceMemory dst, const void* host, size_t bytes) override;
+  void do_copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
+  void do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
+  void do_fill(const Tensor& dst, float value) override;
+  void do_synchronize() override {}  // every op has finished when it returns
 
-  void gemm(const GemmArgs& args) override;
-  void sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db,
-                float beta) override;
-  void axpby(DeviceMemory x, DeviceMemory y, int64_t n, float a, float b) override;
+  void do_gemm(const GemmArgs& args) override;
+  void do_gemm_fused(const GemmArgs& args) override;
+  void do_axpby(const Tensor& x, const Tensor& y, float a, float b) override;
+  void do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) override;
+  void do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                         const Tensor& dx, float alpha) override;
+  void do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset, float p,
+                  uint64_t seed, uint32_t stream, const Tensor& step_state) override;
+  void do_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                         const Tensor& y, int64_t outer, int64_t channels,
+                         int64_t inner) override;
+  void do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out, int64_t outer,
+                       int64_t channels, int64_t inner, float beta) override;
 
-  void relu_forward(DeviceMemory x, DeviceMemory y, int64_t n) override;
-  void relu_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t n) override;
-  void dropout(DeviceMemory x, DeviceMemory y, int64_t n, int64_t group, int64_t group_offset,
-               float p, uint64_t seed, uint32_t stream, DeviceMemory step_state) override;
+  size_t do_conv2d_workspace_bytes(const Conv2dShape& s) const override;
+  bool do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& y, const Tensor& workspace) override;
+  bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                          const Tensor& workspace, bool workspace_valid) override;
+  void do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) override;
+  void do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) override;
+  void do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                            const Tensor& argmax) override;
+  void do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                             const Tensor& dx) override;
+  void do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) override;
+  void do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) override;
+  void do_batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                            const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
+                            const Tensor& save_invstd) override;
+  void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
+                             const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
+                             const Tensor& dbeta) override;
 
-  size_t conv2d_workspace_bytes(const Conv2dShape& s) const override;
-  void conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory b,
-                      DeviceMemory y, DeviceMemory workspace) override;
-  void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory dy,
-                       DeviceMemory dx, DeviceMemory dw, DeviceMemory db,
-                       DeviceMemory workspace,
-                       bool after_forward) override;
-  void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
-                         DeviceMemory argmax) override;
-  void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
-                          DeviceMemory dx) override;
+  void do_log_softmax_forward(const Tensor& x, const Tensor& y) override;
+  void do_log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void do_nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,
+                           bool accumulate, float label_smoothing) override;
+  void do_nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float scale,
+                            float label_smoothing) override;
+  void do_log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
+                          float label_smoothing, const Tensor& y, const Tensor& loss,
+                          bool accumulate, const Tensor& dx) override;
+  void do_mse_loss(const Tensor& x, const Tensor& labels, float grad_scale, const Tensor& loss,
+                   bool accumulate, const Tensor& dx) override;
+  void do_count_correct(const Tensor& scores, const Tensor& labels,
+                        const Tensor& correct) override;
 
-  void log_softmax_forward(DeviceMemory x, DeviceMemory y, int64_t rows, int64_t cols) override;
-  void log_softmax_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t rows,
-                            int64_t cols) override;
-  void nll_loss_forward(DeviceMemory logp, DeviceMemory labels, int64_t rows, int64_t cols,
-                        DeviceMemory loss, bool accumulate) override;
-  void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
-                         DeviceMemory dlogp) override;
-  void log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
-                       float grad_scale, DeviceMemory y, DeviceMemory loss, bool accumulate,
-                       DeviceMemory dx) override;
-  void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows, int64_t cols,
-                     DeviceMemory correct) override;
-
-  void gather_rows(DeviceMemory src, size_t row_bytes, DeviceMemory table, int64_t rows,
-                   DeviceMemory step_state, DeviceMemory dst) override;
-  void advance_step(DeviceMemory step_state) override;
-  void sgd_update(DeviceMemory params, DeviceMemory grads, DeviceMemory momentum, int64_t n,
-                  const SgdParams& hp) override;
-  void adam_update(DeviceMemory params, DeviceMemory grads, DeviceMemory m, DeviceMemory v,
-                   int64_t n, const AdamParams& hp, DeviceMemory step_state) override;
+  void do_gather_rows(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                      const Tensor& dst) override;
+  void do_gather_samples(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                         const SampleTransform& transform, const Tensor& dst) override;
+  void do_advance_step(const Tensor& step_state) override;
+  void do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                     const SgdParams& hp, const UpdateControl& control,
+                     const Tensor& step_state) override;
+  void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
+                      const Tensor& v, const AdamParams& hp, const UpdateControl& control,
+                      const Tensor& step_state) override;
 
  private:
   // Runs f inside this device's arena, so the kernels' tbb::parallel_for use its threads only.

@@ -46,7 +46,8 @@ struct SlotLayout {
 
 // A 1x1 kernel with stride 1 and no padding: the patch matrix is the input itself.
 bool pointwise(const Conv2dShape& s) {
-  return s.kernel_h == 1 && s.kernel_w == 1 && s.stride == 1 && s.padding == 0;
+  return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.pad_h == 0 && s.pad_w == 0;
 }
 
 int pieces(const Conv2dShape& s, int slots) {
@@ -63,7 +64,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
                     float* y, void* workspace, int slots) {
   const SlotLayout L(s);
   const int64_t in_size = s.in_channels * s.height * s.width, out_size = s.out_channels * L.p;
-  const GemmEpilogue bias{b, BiasKind::per_row, false};
+  const GemmEpilogue bias{b, b ? BiasKind::per_row : BiasKind::none, false};
   parallel_pieces(pieces(s, slots), s.batch, [&](int t, int64_t n0, int64_t n1) {
     float* col = L.col(workspace, t);
     for (int64_t n = n0; n < n1; ++n) {
@@ -82,7 +83,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
   const int T = pieces(s, slots);
   if (s.batch == 0) {  // nothing to sum: the gradients are zero
     std::memset(dw, 0, size_t(L.oc * L.ckk) * sizeof(float));
-    std::memset(db, 0, size_t(L.oc) * sizeof(float));
+    if (db) std::memset(db, 0, size_t(L.oc) * sizeof(float));
     return;
   }
   parallel_pieces(T, s.batch, [&](int t, int64_t n0, int64_t n1) {
@@ -97,7 +98,8 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
       im2col_transposed(s, x_n, col_t);
       sgemm(false, false, L.oc, L.ckk, L.p, 1.f, dy_n, L.p, col_t, L.ckk, n == n0 ? 0.f : 1.f,
             dw_part, L.ckk);
-      for (int64_t o = 0; o < L.oc; ++o) db_part[o] += sum_floats(dy_n + o * L.p, L.p);
+      if (db)
+        for (int64_t o = 0; o < L.oc; ++o) db_part[o] += sum_floats(dy_n + o * L.p, L.p);
       if (!dx) continue;
       float* dx_n = dx + n * in_size;
       if (pointwise(s)) {
@@ -114,7 +116,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
     const float* part = L.dw(workspace, t);
     for (int64_t i = 0; i < dw_size; ++i) dw[i] += part[i];
   }
-  for (int64_t o = 0; o < L.oc; ++o) {
+  for (int64_t o = 0; db && o < L.oc; ++o) {
     double total = 0.0;
     for (int t = 0; t < T; ++t) total += L.db(workspace, t)[o];
     db[o] = float(total);

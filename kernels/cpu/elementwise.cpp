@@ -4,20 +4,48 @@
 #include <cstring>
 
 #include "core/philox.h"
+#include "core/unary_math.h"
 #include "kernels/cpu/parallel.h"
 
 namespace trident::cpu {
+namespace {
 
-void relu_forward(const float* x, float* y, int64_t n) {
+// One loop per op, the op a compile-time constant so that its formula inlines and vectorises.
+template <UnaryOp kOp>
+void forward_loop(const float* x, float* y, int64_t n, float alpha) {
   parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = x[i] < 0.f ? 0.f : x[i];  // NaN fails the test: kept
+    for (int64_t i = b; i < e; ++i) y[i] = unary_apply<float>(kOp, x[i], alpha);
   });
 }
 
-void relu_backward(const float* y, const float* dy, float* dx, int64_t n) {
+template <UnaryOp kOp>
+void backward_loop(const float* x, const float* y, const float* dy, float* dx, int64_t n,
+                   float alpha) {
   parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+    for (int64_t i = b; i < e; ++i)
+      dx[i] = unary_derivative<float>(kOp, x ? x[i] : 0.f, y ? y[i] : 0.f, dy[i], alpha);
   });
+}
+
+}  // namespace
+
+void unary_forward(UnaryOp op, const float* x, float* y, int64_t n, float alpha) {
+  switch (op) {
+#define TRIDENT_CPU_UNARY_FORWARD(name) \
+  case UnaryOp::name: return forward_loop<UnaryOp::name>(x, y, n, alpha);
+    TRIDENT_UNARY_OPS(TRIDENT_CPU_UNARY_FORWARD)
+#undef TRIDENT_CPU_UNARY_FORWARD
+  }
+}
+
+void unary_backward(UnaryOp op, const float* x, const float* y, const float* dy, float* dx,
+                    int64_t n, float alpha) {
+  switch (op) {
+#define TRIDENT_CPU_UNARY_BACKWARD(name) \
+  case UnaryOp::name: return backward_loop<UnaryOp::name>(x, y, dy, dx, n, alpha);
+    TRIDENT_UNARY_OPS(TRIDENT_CPU_UNARY_BACKWARD)
+#undef TRIDENT_CPU_UNARY_BACKWARD
+  }
 }
 
 void axpby(const float* x, float* y, int64_t n, float a, float b) {
@@ -39,6 +67,19 @@ void fill(float* dst, int64_t n, float value) {
     } else {
       for (int64_t i = b; i < e; ++i) dst[i] = value;
     }
+  });
+}
+
+void fill_i32(int32_t* dst, int64_t n, int32_t value) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = value;
+  });
+}
+
+void fill_zero_bytes(void* dst, size_t bytes) {
+  constexpr int64_t kGrain = int64_t(1) << 20;
+  parallel_ranges(int64_t(bytes), kGrain, [=](int64_t b, int64_t e) {
+    std::memset(static_cast<char*>(dst) + b, 0, size_t(e - b));
   });
 }
 

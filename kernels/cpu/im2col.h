@@ -1,12 +1,12 @@
-// Patch matrices of one sample for the convolution GEMMs (NCHW, square stride, zero padding).
+// Patch matrices of one sample for the convolution GEMMs (NCHW, any stride, zero padding).
 #pragma once
 #include <cstdint>
 
-#include "core/device.h"
+#include "core/op_types.h"
 
 namespace trident::cpu {
 
-// col[C*KH*KW, OH*OW]: row (c, kh, kw) holds x[c, oh*S - pad + kh, ow*S - pad + kw] (0 outside).
+// col[C*KH*KW, OH*OW]: row (c, kh, kw) holds x[c, oh*SH - PH + kh, ow*SW - PW + kw] (0 outside).
 // The forward GEMM reads it in place as its [K, N] operand.
 void im2col(const Conv2dShape& s, const float* x, float* col);
 // col_t[OH*OW, C*KH*KW]: the transpose of im2col, the [K, N] operand of the weight gradient.

@@ -2,6 +2,7 @@
 // paths (torch/optim/sgd.py, adam.py) so that float results match PyTorch's closely.
 #include "kernels/cpu/optimizers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/parallel.h"
@@ -30,6 +31,23 @@ void sgd_update(float* params, const float* grads, float* momentum, int64_t n,
   });
 }
 
+ResolvedStep resolve_step(float lr, float momentum, float grad_scale, const float* schedule,
+                          int64_t schedule_rows, const float* grad_sumsq, float max_norm,
+                          uint32_t steps_done) {
+  ResolvedStep r{lr, momentum, grad_scale};
+  if (schedule_rows > 0) {
+    const int64_t row = std::min<int64_t>(int64_t(steps_done), schedule_rows - 1);
+    r.lr = schedule[2 * row];
+    r.momentum = schedule[2 * row + 1];
+  }
+  if (grad_sumsq) {
+    const double norm = double(grad_scale) * std::sqrt(double(grad_sumsq[0]));
+    const double coef = double(max_norm) / (norm + 1e-6);
+    if (coef < 1.0) r.grad_scale = float(double(grad_scale) * coef);
+  }
+  return r;
+}
+
 void adam_update(float* params, const float* grads, float* m, float* v, int64_t n,
                  const AdamParams& hp, uint32_t steps_done) {
   // Python computes the bias corrections in double, then the tensor ops round them to float.
@@ -40,10 +58,14 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
   const float bias_correction2_sqrt = float(std::sqrt(bias_correction2));
   const float b1 = hp.beta1, b2 = hp.beta2, one_minus_b1 = float(1.0 - double(hp.beta1)),
               one_minus_b2 = float(1.0 - double(hp.beta2)), eps = hp.eps,
-              wd = hp.weight_decay, gs = hp.grad_scale;
+              gs = hp.grad_scale;
+  // Adam adds wd * p to the gradient (L2); AdamW shrinks the weight first: p *= 1 - lr * wd.
+  const float l2 = hp.decoupled_weight_decay ? 0.0f : hp.weight_decay;
+  const float shrink = hp.decoupled_weight_decay ? 1.0f - hp.lr * hp.weight_decay : 1.0f;
   parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const float g = grads[i] * gs + wd * params[i];        // grad.add(param, alpha=wd)
+      if (shrink != 1.0f) params[i] *= shrink;                // param.mul_(1 - lr * wd)
+      const float g = grads[i] * gs + l2 * params[i];        // grad.add(param, alpha=wd)
       const float mi = m[i] * b1 + one_minus_b1 * g;          // exp_avg.lerp_ / mul_.add_
       const float vi = v[i] * b2 + one_minus_b2 * g * g;      // exp_avg_sq.mul_.addcmul_
       m[i] = mi;

@@ -1,15 +1,26 @@
-// CPU optimizer updates over one flat parameter buffer: PyTorch's SGD and Adam.
+// CPU optimizer updates over one flat parameter buffer: PyTorch's SGD, Adam and AdamW.
 #pragma once
 #include <cstdint>
 
-#include "core/device.h"
+#include "core/op_types.h"
 
 namespace trident::cpu {
 
 // torch.optim.SGD (dampening 0): see SgdParams. momentum may be null when hp.momentum == 0.
 void sgd_update(float* params, const float* grads, float* momentum, int64_t n,
                 const SgdParams& hp);
-// torch.optim.Adam (L2 weight decay, amsgrad off): see AdamParams; t = steps_done + 1.
+// The hyper-parameters of optimizer step `steps_done` once UpdateControl is applied: the
+// schedule's row replaces lr and momentum (or beta1), and the clip coefficient
+// min(1, max_norm / (grad_scale * sqrt(grad_sumsq) + 1e-6)) multiplies grad_scale.
+// schedule_rows == 0 / grad_sumsq null: not used.
+struct ResolvedStep {
+  float lr, momentum, grad_scale;
+};
+ResolvedStep resolve_step(float lr, float momentum, float grad_scale, const float* schedule,
+                          int64_t schedule_rows, const float* grad_sumsq, float max_norm,
+                          uint32_t steps_done);
+// torch.optim.Adam (L2 weight decay) or AdamW (decoupled), amsgrad off: see AdamParams;
+// t = steps_done + 1.
 void adam_update(float* params, const float* grads, float* m, float* v, int64_t n,
                  const AdamParams& hp, uint32_t steps_done);
 

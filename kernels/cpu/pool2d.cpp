@@ -1,4 +1,4 @@
-// CPU max pooling: one task per run of (sample, channel) planes.
+// CPU pooling: one task per run of (sample, channel) planes.
 #include "kernels/cpu/pool2d.h"
 
 #include <cmath>
@@ -46,29 +46,40 @@ static void maxpool_2x2_plane(const float* xp, int64_t W, int64_t OH, int64_t OW
   }
 }
 
+// [lo, hi) of the input rows (or columns) window o covers, clipped to the input.
+struct Window {
+  int64_t lo, hi;
+};
+inline Window window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t size) {
+  const int64_t start = o * stride - pad;
+  return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, size)};
+}
+
 void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
   const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
-  const int64_t K = s.kernel, S = s.stride;
+  const bool fast_2x2 = s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
+                        s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0;
   parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
     for (int64_t plane = p0; plane < p1; ++plane) {
       const float* xp = x + plane * H * W;
       float* yp = y + plane * OH * OW;
       int32_t* ap = argmax + plane * OH * OW;
-      if (K == 2 && S == 2) {
+      if (fast_2x2) {
         maxpool_2x2_plane(xp, W, OH, OW, yp, ap, s.relu);
         continue;
       }
       for (int64_t oh = 0; oh < OH; ++oh) {
+        const Window rows = window(oh, s.stride_h, s.pad_h, s.kernel_h, H);
         for (int64_t ow = 0; ow < OW; ++ow) {
-          int64_t best = oh * S * W + ow * S;
+          const Window cols = window(ow, s.stride_w, s.pad_w, s.kernel_w, W);
+          int64_t best = rows.lo * W + cols.lo;
           float best_value = xp[best];
-          for (int64_t kh = 0; kh < K; ++kh) {
-            const int64_t row = (oh * S + kh) * W + ow * S;
-            for (int64_t kw = 0; kw < K; ++kw) {
-              const float v = xp[row + kw];
-              if (v > best_value || std::isnan(v)) best_value = v, best = row + kw;
+          for (int64_t h = rows.lo; h < rows.hi; ++h)
+            for (int64_t w = cols.lo; w < cols.hi; ++w) {
+              const float v = xp[h * W + w];
+              if (v > best_value || std::isnan(v))
+                best_value = v, best = h * W + w;
             }
-          }
           const bool zeroed = s.relu && !(best_value > 0.0f);  // the fused ReLU
           yp[oh * OW + ow] = zeroed ? 0.0f : best_value;
           ap[oh * OW + ow] = zeroed ? -1 : int32_t(best);
@@ -94,6 +105,53 @@ void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* ar
                            std::to_string(s.width) +
                            " plane; pass the argmax buffer maxpool2d_forward wrote for this shape");
         dxp[ap[i]] += dyp[i];
+      }
+    }
+  });
+}
+
+void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) {
+  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const double divisor = double(s.kernel_h * s.kernel_w);
+  parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const float* xp = x + plane * H * W;
+      float* yp = y + plane * OH * OW;
+      if (OH == 1 && OW == 1 && s.pad_h == 0 && s.pad_w == 0 && s.kernel_h == H &&
+          s.kernel_w == W) {  // global average pooling
+        yp[0] = float(sum_floats(xp, H * W) / divisor);
+        continue;
+      }
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const Window rows = window(oh, s.stride_h, s.pad_h, s.kernel_h, H);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const Window cols = window(ow, s.stride_w, s.pad_w, s.kernel_w, W);
+          double sum = 0.0;
+          for (int64_t h = rows.lo; h < rows.hi; ++h)
+            for (int64_t w = cols.lo; w < cols.hi; ++w) sum += xp[h * W + w];
+          yp[oh * OW + ow] = float(sum / divisor);
+        }
+      }
+    }
+  });
+}
+
+void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const float inv = float(1.0 / double(s.kernel_h * s.kernel_w));
+  parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      float* dxp = dx + plane * H * W;
+      const float* dyp = dy + plane * OH * OW;
+      std::memset(dxp, 0, size_t(H * W) * sizeof(float));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const Window rows = window(oh, s.stride_h, s.pad_h, s.kernel_h, H);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const Window cols = window(ow, s.stride_w, s.pad_w, s.kernel_w, W);
+          const float g = dyp[oh * OW + ow] * inv;
+          for (int64_t h = rows.lo; h < rows.hi; ++h)
+            for (int64_t w = cols.lo; w < cols.hi; ++w) dxp[h * W + w] += g;
+        }
       }
     }
   });

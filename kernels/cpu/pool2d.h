@@ -1,16 +1,21 @@
-// CPU max pooling (NCHW, no padding, floor) with the argmax the backward pass scatters through.
+// CPU pooling (NCHW, any window, stride and padding, floor): max with the argmax its backward
+// scatters through, and average (padding counted in the divisor).
 #pragma once
 #include <cstdint>
 
-#include "core/device.h"
+#include "core/op_types.h"
 
 namespace trident::cpu {
 
 // y[N, C, OH, OW] = window max; argmax = flat h*W+w of the max within x's plane. Ties go to the
-// first element in row-major window order and NaN wins, as in PyTorch.
+// first element in row-major window order and NaN wins, as in PyTorch; padding never wins.
 void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
 // dx[N, C, H, W] = dy added at the argmax positions, zero elsewhere. Throws ShapeError for an
 // argmax outside the plane (which would write outside dx).
 void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
+// y = sum of the window's valid inputs / (kernel_h * kernel_w).
+void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y);
+// dx = each window's dy / (kernel_h * kernel_w) added over the window's valid inputs.
+void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 
 }  // namespace trident::cpu

@@ -19,8 +19,8 @@ void for_each_tap(const Conv2dShape& s, Visit visit) {
           for (int64_t ic = 0; ic < s.in_channels; ++ic)
             for (int64_t kh = 0; kh < s.kernel_h; ++kh)
               for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
-                const int64_t ih = oh * s.stride - s.padding + kh;
-                const int64_t iw = ow * s.stride - s.padding + kw;
+                const int64_t ih = oh * s.stride_h - s.pad_h + kh;
+                const int64_t iw = ow * s.stride_w - s.pad_w + kw;
                 if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
                 const int64_t x_index = ((n * s.in_channels + ic) * s.height + ih) * s.width + iw;
                 visit(n, oc, oh, ow, ic, kh, kw, x_index);
@@ -43,7 +43,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   const int64_t y_count = s.batch * s.out_channels * s.out_height() * s.out_width();
   const int64_t plane = s.out_height() * s.out_width();
   std::vector<double> acc(static_cast<size_t>(y_count));
-  for (int64_t i = 0; i < y_count; ++i) acc[i] = b[(i / plane) % s.out_channels];
+  for (int64_t i = 0; i < y_count; ++i) acc[i] = b ? b[(i / plane) % s.out_channels] : 0.0;
   for_each_tap(s, [&](int64_t n, int64_t oc, int64_t oh, int64_t ow, int64_t ic, int64_t kh,
                       int64_t kw, int64_t xi) {
     acc[y_index(s, n, oc, oh, ow)] += double(x[xi]) * w[w_index(s, oc, ic, kh, kw)];
@@ -69,9 +69,41 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
     dx_acc[xi] += g * w[wi];
   });
   for (int64_t i = 0; i < w_count; ++i) dw[i] = static_cast<float>(dw_acc[i]);
-  for (int64_t i = 0; i < s.out_channels; ++i) db[i] = static_cast<float>(db_acc[i]);
+  if (db)
+    for (int64_t i = 0; i < s.out_channels; ++i) db[i] = static_cast<float>(db_acc[i]);
   if (dx)
     for (int64_t i = 0; i < x_count; ++i) dx[i] = static_cast<float>(dx_acc[i]);
+}
+
+// col[(c, kh, kw), (oh, ow)] = x[c, oh*SH - PH + kh, ow*SW - PW + kw], zero outside.
+void im2col(const Conv2dShape& s, const float* x, float* col) {
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  for (int64_t c = 0; c < s.in_channels; ++c)
+    for (int64_t kh = 0; kh < s.kernel_h; ++kh)
+      for (int64_t kw = 0; kw < s.kernel_w; ++kw)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+            const bool inside = ih >= 0 && ih < s.height && iw >= 0 && iw < s.width;
+            col[(((c * s.kernel_h + kh) * s.kernel_w + kw) * OH + oh) * OW + ow] =
+                inside ? x[(c * s.height + ih) * s.width + iw] : 0.0f;
+          }
+}
+
+void col2im(const Conv2dShape& s, const float* col, float* dx) {
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  std::vector<double> acc(static_cast<size_t>(s.in_channels * s.height * s.width), 0.0);
+  for (int64_t c = 0; c < s.in_channels; ++c)
+    for (int64_t kh = 0; kh < s.kernel_h; ++kh)
+      for (int64_t kw = 0; kw < s.kernel_w; ++kw)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+            if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+            acc[size_t((c * s.height + ih) * s.width + iw)] +=
+                col[(((c * s.kernel_h + kh) * s.kernel_w + kw) * OH + oh) * OW + ow];
+          }
+  for (size_t i = 0; i < acc.size(); ++i) dx[i] = static_cast<float>(acc[i]);
 }
 
 }  // namespace trident::reference

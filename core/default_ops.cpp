@@ -1,0 +1,130 @@
+// Defaults of the optional Device slots, composed of required ops only (see core/default_ops.h).
+// They favour simplicity over speed: a backend that cares overrides the slot.
+#include "core/default_ops.h"
+
+namespace trident {
+namespace defaults {
+
+void gemm_fused(Device& device, const GemmArgs& args) {
+  GemmArgs plain = args;
+  plain.bias = Tensor();
+  plain.bias_kind = BiasKind::none;
+  plain.activation = UnaryOp::identity;
+  device.gemm(plain);
+  // The epilogue row by row where C is strided; in one op where it is packed.
+  const bool packed = args.ldc == args.n;
+  const int64_t pieces = packed ? 1 : args.m;
+  const int64_t rows = packed ? args.m : 1;
+  for (int64_t r = 0; r < pieces; ++r) {
+    const Tensor c = args.c.view(r * args.ldc, {rows * args.n});
+    if (args.bias_kind == BiasKind::per_column)
+      device.channel_affine(c, Tensor(), args.bias, c, rows, args.n, 1);
+    else if (args.bias_kind == BiasKind::per_row)
+      device.channel_affine(c, Tensor(), packed ? args.bias : args.bias.view(r, {1}), c, 1, rows,
+                            args.n);
+    if (args.activation != UnaryOp::identity)
+      device.unary_forward(args.activation, c, c, args.activation_alpha);
+  }
+}
+
+size_t conv2d_workspace_bytes(const Conv2dShape& s) {
+  return static_cast<size_t>(s.patch_size() * s.out_height() * s.out_width()) * sizeof(float);
+}
+
+namespace {
+
+struct SampleViews {
+  int64_t in_size, out_size, ckk, p;
+  explicit SampleViews(const Conv2dShape& s)
+      : in_size(s.in_channels * s.height * s.width),
+        out_size(s.out_channels * s.out_height() * s.out_width()),
+        ckk(s.patch_size()),
+        p(s.out_height() * s.out_width()) {}
+};
+
+Tensor columns(const Tensor& workspace, const SampleViews& v) {
+  return workspace.reinterpret(DType::f32, {v.ckk, v.p});
+}
+
+}  // namespace
+
+void conv2d_forward(Device& device, const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                    const Tensor& b, const Tensor& y, const Tensor& workspace) {
+  const SampleViews v(s);
+  const Tensor col = columns(workspace, v);
+  for (int64_t n = 0; n < s.batch; ++n) {
+    device.im2col(s, x.view(n * v.in_size, {s.in_channels, s.height, s.width}), col);
+    GemmArgs g;  // y_n[OC, P] = W[OC, CKK] col[CKK, P]
+    g.m = s.out_channels; g.n = v.p; g.k = v.ckk;
+    g.a = w; g.b = col; g.c = y.view(n * v.out_size, {s.out_channels, v.p});
+    device.gemm(g);
+  }
+  if (b.defined()) device.channel_affine(y, Tensor(), b, y, s.batch, s.out_channels, v.p);
+}
+
+void conv2d_backward(Device& device, const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                     const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                     const Tensor& workspace) {
+  const SampleViews v(s);
+  const Tensor col = columns(workspace, v);
+  if (db.defined()) device.channel_sums(dy, Tensor(), db, s.batch, s.out_channels, v.p, 0.0f);
+  for (int64_t n = 0; n < s.batch; ++n) {
+    const Tensor dy_n = dy.view(n * v.out_size, {s.out_channels, v.p});
+    device.im2col(s, x.view(n * v.in_size, {s.in_channels, s.height, s.width}), col);
+    GemmArgs gw;  // dw[OC, CKK] (+)= dy_n[OC, P] col[CKK, P]^T
+    gw.trans_b = true;
+    gw.m = s.out_channels; gw.n = v.ckk; gw.k = v.p;
+    gw.a = dy_n; gw.b = col; gw.c = dw;
+    gw.beta = n == 0 ? 0.0f : 1.0f;
+    device.gemm(gw);
+    if (!dx.defined()) continue;
+    GemmArgs gx;  // dcol[CKK, P] = W[OC, CKK]^T dy_n[OC, P], over the columns (read above)
+    gx.trans_a = true;
+    gx.m = v.ckk; gx.n = v.p; gx.k = s.out_channels;
+    gx.a = w; gx.b = dy_n; gx.c = col;
+    device.gemm(gx);
+    device.col2im(s, col, dx.view(n * v.in_size, {s.in_channels, s.height, s.width}));
+  }
+}
+
+void log_softmax_nll(Device& device, const Tensor& x, const Tensor& labels, float grad_scale,
+                     float label_smoothing, const Tensor& y, const Tensor& loss, bool accumulate,
+                     const Tensor& dx) {
+  device.log_softmax_forward(x, y);
+  device.nll_loss_forward(y, labels, loss, accumulate, label_smoothing);
+  // dx = -grad_scale * t, then dx - exp(y) * sum(dx) = grad_scale * (exp(y) - t) (sum t = 1).
+  device.nll_loss_backward(labels, dx, grad_scale, label_smoothing);
+  device.log_softmax_backward(y, dx, dx);
+}
+
+}  // namespace defaults
+
+// ---- the base slots ------------------------------------------------------------------------------
+
+void Device::do_gemm_fused(const GemmArgs& args) { defaults::gemm_fused(*this, args); }
+
+size_t Device::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
+  return defaults::conv2d_workspace_bytes(s);
+}
+
+bool Device::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                               const Tensor& b, const Tensor& y, const Tensor& workspace) {
+  defaults::conv2d_forward(*this, s, x, w, b, y, workspace);
+  return false;
+}
+
+bool Device::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                const Tensor& db, const Tensor& workspace, bool) {
+  defaults::conv2d_backward(*this, s, x, w, dy, dx, dw, db, workspace);
+  return false;
+}
+
+void Device::do_log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
+                                float label_smoothing, const Tensor& y, const Tensor& loss,
+                                bool accumulate, const Tensor& dx) {
+  defaults::log_softmax_nll(*this, x, labels, grad_scale, label_smoothing, y, loss, accumulate,
+                            dx);
+}
+
+}  // namespace trident

@@ -1,0 +1,20 @@
+// Names and properties of the op argument enums (core/op_types.h).
+#include "core/op_types.h"
+
+namespace trident {
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+#define TRIDENT_UNARY_NAME(name) \
+  case UnaryOp::name: return #name;
+    TRIDENT_UNARY_OPS(TRIDENT_UNARY_NAME)
+#undef TRIDENT_UNARY_NAME
+  }
+  return "?";
+}
+
+bool unary_backward_needs_input(UnaryOp op, float alpha) {
+  return op == UnaryOp::gelu || (op == UnaryOp::leaky_relu && alpha < 0.0f);
+}
+
+}  // namespace trident

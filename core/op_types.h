@@ -1,0 +1,147 @@
+// The argument types of the Device ops: activation enum, GEMM arguments, convolution, pooling and
+// normalisation shapes, optimizer hyper-parameters, the per-sample data transform.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace trident {
+
+// The elementwise family (forward and derivative), one value per function, so that a new
+// activation is one entry in this list plus its formulas (core/unary_math.h for the CPU, CUDA
+// and the reference; kernels/opencl/elementwise.cl). `alpha` is the op's parameter where it has
+// one (LeakyReLU's negative slope). X(name): each backend expands the list into its dispatch.
+#define TRIDENT_UNARY_OPS(X)                                                                  \
+  X(identity)   /* x */                                                                       \
+  X(relu)       /* max(x, 0) */                                                               \
+  X(leaky_relu) /* x > 0 ? x : alpha * x */                                                   \
+  X(tanh)       /* tanh(x) */                                                                 \
+  X(sigmoid)    /* 1 / (1 + exp(-x)) */                                                       \
+  X(gelu)       /* x * Phi(x), the exact erf form (PyTorch's approximate='none') */
+
+enum class UnaryOp : uint8_t {
+#define TRIDENT_UNARY_ENUM(name) name,
+  TRIDENT_UNARY_OPS(TRIDENT_UNARY_ENUM)
+#undef TRIDENT_UNARY_ENUM
+};
+const char* unary_op_name(UnaryOp op);  // "relu", ...
+// Whether unary_backward reads the forward input x (else the forward output y suffices), so
+// that a layer knows whether its forward may run in place (LeakyReLU: only for alpha < 0).
+bool unary_backward_needs_input(UnaryOp op, float alpha = 0.0f);
+
+enum class BiasKind : uint8_t { none, per_column, per_row };
+
+// Row-major C[M,N] = alpha * op(A) op(B) + beta * C, then + bias (per column: bias[N], per row:
+// bias[M]), then the activation. op(A) is [M,K] (stored [K,M] if trans_a); op(B) is [K,N]
+// (stored [N,K] if trans_b). lda/ldb/ldc are the stored row strides in elements; 0 means packed
+// (the stored row length), the front fills it in before a backend sees the call. beta == 0
+// means C is not read (NaN in C does not survive). a, b, c, bias are tensors of this device
+// holding at least the strided matrices (their shapes are not interpreted, only their sizes).
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  Tensor a, b, c;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  Tensor bias;                        // undefined: no bias
+  BiasKind bias_kind = BiasKind::none;
+  UnaryOp activation = UnaryOp::identity;
+  float activation_alpha = 0.0f;
+  bool has_epilogue() const { return bias.defined() || activation != UnaryOp::identity; }
+};
+
+// NCHW convolution with zero padding; weights [out_c, in_c, kernel_h, kernel_w], bias [out_c].
+struct Conv2dShape {
+  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
+  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+  int64_t patch_size() const { return in_channels * kernel_h * kernel_w; }  // im2col rows
+  int64_t input_numel() const { return batch * in_channels * height * width; }
+  int64_t output_numel() const { return batch * out_channels * out_height() * out_width(); }
+  int64_t weight_numel() const { return out_channels * patch_size(); }
+};
+
+// NCHW pooling (max or average). Windows start at -pad and step by stride; windows running past
+// the padded edge are dropped (floor), as in PyTorch with ceil_mode=False. Max pooling treats
+// padding as -inf; average pooling counts padded zeros in the divisor (count_include_pad=True).
+// relu (max pooling only): a ReLU after the pooling, fused: y = max(window max, 0), and
+// argmax = -1 where that is not > 0 (the ReLU passes no gradient there, so maxpool2d_backward
+// sends none back).
+struct Pool2dShape {
+  int64_t batch = 0, channels = 0, height = 0, width = 0;
+  int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
+  bool relu = false;
+  int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+  int64_t input_numel() const { return batch * channels * height * width; }
+  int64_t output_numel() const { return batch * channels * out_height() * out_width(); }
+};
+
+// Batch normalisation over x viewed as [outer, channels, inner] (BatchNorm2d: [N, C, H*W],
+// BatchNorm1d: [N, C, 1]). Training uses the batch's statistics (biased variance) and updates
+// the running ones: running = (1 - momentum) * running + momentum * batch (unbiased variance);
+// evaluation uses the running statistics.
+struct BatchNormShape {
+  int64_t outer = 0, channels = 0, inner = 1;
+  float eps = 1e-5f, momentum = 0.1f;
+  int64_t numel() const { return outer * channels * inner; }
+};
+
+// PyTorch's SGD: d = g*grad_scale + weight_decay*p; buf = momentum*buf + d (buf starts at 0);
+// d = nesterov ? d + momentum*buf : buf (momentum > 0); p -= lr * d.
+struct SgdParams {
+  float lr = 0.01f, momentum = 0.0f, weight_decay = 0.0f, grad_scale = 1.0f;
+  bool nesterov = false;
+};
+
+// PyTorch's Adam (decoupled_weight_decay = false: L2, g += wd*p) and AdamW (true: p -= lr*wd*p
+// before the step): g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), with t = step_state[1] + 1 read on
+// the device.
+struct AdamParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f,
+        grad_scale = 1.0f;
+  bool decoupled_weight_decay = false;
+};
+
+// What an optimizer update reads on the device each step, so that a captured step replays with
+// the step's own values:
+// - schedule (f32 [steps, 2], optional): row t = (lr, momentum) for SGD or (lr, beta1) for Adam
+//   at optimizer step t = step_state[1] (the last row past the end); replaces hp.lr and
+//   hp.momentum / hp.beta1.
+// - grad_sumsq (f32 [1], optional): the squared norm of the gradient buffer as it is (before
+//   grad_scale); the update then scales the gradient by min(1, max_norm / (norm + 1e-6)) with
+//   norm = grad_scale * sqrt(grad_sumsq), as torch.nn.utils.clip_grad_norm_ does.
+struct UpdateControl {
+  Tensor schedule;
+  Tensor grad_sumsq;
+  float max_norm = 0.0f;
+};
+
+// Per-step scalars kept on the device, so that a captured step replays with fresh values: a
+// buffer of two uint32 (an i32 [2] tensor), [0] = batch position in the epoch's index table,
+// [1] = optimizer steps done so far (dropout and augmentation counters, Adam's t, schedules).
+// advance_step increments both.
+constexpr int64_t kStepStateCount = 2;
+
+// What gather_samples does to each sample on its way into the batch:
+// y[c, h, w] = (x[c, h', w'] * scale - mean[c]) * inv_std[c], where (h', w') is (h, w) shifted
+// by a random crop of the sample zero-padded by crop_padding on each side (pixels from the
+// padding are 0 before scaling, as torchvision pads raw images), mirrored left-right when the
+// flip draw says so. The draws are Philox (core/philox.h) keyed by (seed, stream) with counter
+// (sample_offset + i, step_state[1]): the same on every backend, so runs are reproducible and
+// backend-independent. mean / inv_std undefined: no normalisation.
+struct SampleTransform {
+  float scale = 1.0f;
+  Tensor mean, inv_std;          // f32 [channels]
+  int64_t crop_padding = 0;      // 0: no crop
+  bool horizontal_flip = false;
+  uint64_t seed = 0;
+  uint32_t stream = 0;
+  int64_t sample_offset = 0;     // this batch's first sample within the global batch
+  bool augments() const { return crop_padding > 0 || horizontal_flip; }
+};
+
+}  // namespace trident

@@ -1,0 +1,93 @@
+// CPU batch normalisation: one task per channel (the statistics of a channel are a strided walk
+// over its outer * inner values), sums in double.
+#include "kernels/cpu/batchnorm.h"
+
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+
+namespace trident::cpu {
+namespace {
+
+// Runs f(o, run) over channel c's runs of `inner` contiguous values.
+template <class F>
+void for_runs(const BatchNormShape& s, int64_t c, const F& f) {
+  for (int64_t o = 0; o < s.outer; ++o) f(o, (o * s.channels + c) * s.inner);
+}
+
+int64_t channel_grain(const BatchNormShape& s) {
+  return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.outer * s.inner, 1));
+}
+
+}  // namespace
+
+void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, const float* gamma,
+                       const float* beta, float* running_mean, float* running_var, float* y,
+                       float* save_mean, float* save_invstd) {
+  const double n = double(s.outer * s.inner);
+  parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double mean, invstd;
+      if (training) {
+        double sum = 0.0;
+        for_runs(s, c, [&](int64_t, int64_t at) { sum += sum_floats(x + at, s.inner); });
+        mean = sum / n;
+        double squares = 0.0;
+        for_runs(s, c, [&](int64_t, int64_t at) {
+          for (int64_t i = 0; i < s.inner; ++i) {
+            const double d = double(x[at + i]) - mean;
+            squares += d * d;
+          }
+        });
+        const double var = squares / n;
+        invstd = 1.0 / std::sqrt(var + double(s.eps));
+        save_mean[c] = float(mean);
+        save_invstd[c] = float(invstd);
+        const double m = double(s.momentum);
+        running_mean[c] = float((1.0 - m) * running_mean[c] + m * mean);
+        running_var[c] = float((1.0 - m) * running_var[c] + m * var * n / (n - 1.0));
+      } else {
+        mean = running_mean[c];
+        invstd = 1.0 / std::sqrt(double(running_var[c]) + double(s.eps));
+      }
+      // y = x * a + b with a = invstd * gamma, b = beta - mean * a.
+      const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
+      const float af = float(a), bf = float((beta ? double(beta[c]) : 0.0) - mean * a);
+      for_runs(s, c, [&](int64_t, int64_t at) {
+        for (int64_t i = 0; i < s.inner; ++i) y[at + i] = x[at + i] * af + bf;
+      });
+    }
+  });
+}
+
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* save_mean, const float* save_invstd,
+                        float* dx, float* dgamma, float* dbeta) {
+  const double n = double(s.outer * s.inner);
+  parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const double mean = save_mean[c], invstd = save_invstd[c];
+      double sum_dy = 0.0, sum_dy_xhat = 0.0;
+      for_runs(s, c, [&](int64_t, int64_t at) {
+        for (int64_t i = 0; i < s.inner; ++i) {
+          const double g = dy[at + i];
+          sum_dy += g;
+          sum_dy_xhat += g * (double(x[at + i]) - mean) * invstd;
+        }
+      });
+      if (dgamma) dgamma[c] = float(sum_dy_xhat);
+      if (dbeta) dbeta[c] = float(sum_dy);
+      // dx = k * (dy - mean_dy - xhat * mean_dy_xhat), k = gamma * invstd.
+      const double k = (gamma ? double(gamma[c]) : 1.0) * invstd;
+      const double mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
+      for_runs(s, c, [&](int64_t, int64_t at) {
+        for (int64_t i = 0; i < s.inner; ++i) {
+          const double xhat = (double(x[at + i]) - mean) * invstd;
+          dx[at + i] = float(k * (double(dy[at + i]) - mean_dy - xhat * mean_dy_xhat));
+        }
+      });
+    }
+  });
+}
+
+}  // namespace trident::cpu
