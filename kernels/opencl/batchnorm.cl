@@ -13,7 +13,7 @@ typedef struct {
   float n, mean, m2;
 } Moments;
 
-inline Moments moments_combine(Moments a, Moments b) {
+Moments moments_combine(Moments a, Moments b) {
   Moments r;
   r.n = a.n + b.n;
   if (r.n == 0.0f) return a;
@@ -24,8 +24,8 @@ inline Moments moments_combine(Moments a, Moments b) {
 }
 
 // The moments of one work-item's values of channel c in positions [k0 + lid, k1) step group.
-inline Moments moments_of_run(__global const float* x, uint channels, uint inner, uint c,
-                              uint k0, uint k1) {
+Moments moments_of_run(__global const float* x, uint channels, uint inner, uint c,
+                       uint k0, uint k1) {
   Moments m = {0.0f, 0.0f, 0.0f};
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
@@ -39,8 +39,8 @@ inline Moments moments_of_run(__global const float* x, uint channels, uint inner
 }
 
 // The work-group's moments, combined by a fixed tree; every work-item gets the result.
-inline Moments group_moments(Moments mine, __local float* n, __local float* mean,
-                             __local float* m2) {
+Moments group_moments(Moments mine, __local float* n, __local float* mean,
+                      __local float* m2) {
   const uint lid = get_local_id(0);
   n[lid] = mine.n;
   mean[lid] = mine.mean;
@@ -63,11 +63,11 @@ inline Moments group_moments(Moments mine, __local float* n, __local float* mean
 
 // The batch statistics of channel c from its moments: save_mean, save_invstd = 1/sqrt(var +
 // eps) (biased variance), and the running statistics (unbiased variance).
-inline void store_batch_stats(Moments m, uint c, float eps, float momentum,
-                              __global float* running_mean, ulong running_mean_off,
-                              __global float* running_var, ulong running_var_off,
-                              __global float* save_mean, ulong save_mean_off,
-                              __global float* save_invstd, ulong save_invstd_off) {
+void store_batch_stats(Moments m, uint c, float eps, float momentum,
+                       __global float* running_mean, ulong running_mean_off,
+                       __global float* running_var, ulong running_var_off,
+                       __global float* save_mean, ulong save_mean_off,
+                       __global float* save_invstd, ulong save_invstd_off) {
   const float var = m.m2 / m.n;
   save_mean[save_mean_off + c] = m.mean;
   save_invstd[save_invstd_off + c] = 1.0f / sqrt(var + eps);
@@ -80,8 +80,8 @@ inline void store_batch_stats(Moments m, uint c, float eps, float momentum,
 
 // y = x * a + b with a = invstd * gamma, b = beta - mean * a, for channel c's values from the
 // cursor position k0 + lid on.
-inline void normalize_run(__global const float* x, __global float* y, uint channels, uint inner,
-                          uint c, uint k0, uint k1, float a, float b) {
+void normalize_run(__global const float* x, __global float* y, uint channels, uint inner,
+                   uint c, uint k0, uint k1, float a, float b) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
@@ -174,9 +174,9 @@ __kernel void batchnorm_normalize(__global const float* x, ulong x_off,
 // xhat = (x - mean) * invstd; dgamma = sum(dy * xhat), dbeta = sum(dy).
 
 // One work-item's Kahan sums of dy and dy * (x - mean) over channel c's positions [k0, k1).
-inline float2 gradient_sums_of_run(__global const float* x, __global const float* dy,
-                                   uint channels, uint inner, uint c, uint k0, uint k1,
-                                   float mean) {
+float2 gradient_sums_of_run(__global const float* x, __global const float* dy,
+                            uint channels, uint inner, uint c, uint k0, uint k1,
+                            float mean) {
   float s0 = 0.0f, c0 = 0.0f, s1 = 0.0f, c1 = 0.0f;
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
@@ -189,7 +189,7 @@ inline float2 gradient_sums_of_run(__global const float* x, __global const float
 }
 
 // The work-group's two sums by a fixed tree; every work-item gets them.
-inline float2 group_sum2(float2 mine, __local float* a, __local float* b) {
+float2 group_sum2(float2 mine, __local float* a, __local float* b) {
   const uint lid = get_local_id(0);
   a[lid] = mine.x;
   b[lid] = mine.y;
@@ -206,9 +206,9 @@ inline float2 group_sum2(float2 mine, __local float* a, __local float* b) {
 
 // dgamma, dbeta (where wanted) and the dx coefficients (sum(dy) / n, sum(dy * xhat) / n) of
 // channel c from its sums (sum dy, sum dy * (x - mean)).
-inline float2 finish_gradient_sums(float2 sums, uint c, float invstd, float count,
-                                   __global float* dgamma, ulong dgamma_off, int has_dgamma,
-                                   __global float* dbeta, ulong dbeta_off, int has_dbeta) {
+float2 finish_gradient_sums(float2 sums, uint c, float invstd, float count,
+                            __global float* dgamma, ulong dgamma_off, int has_dgamma,
+                            __global float* dbeta, ulong dbeta_off, int has_dbeta) {
   const float sum_dy_xhat = sums.y * invstd;
   if (has_dgamma) dgamma[dgamma_off + c] = sum_dy_xhat;
   if (has_dbeta) dbeta[dbeta_off + c] = sums.x;
@@ -216,9 +216,9 @@ inline float2 finish_gradient_sums(float2 sums, uint c, float invstd, float coun
 }
 
 // dx for channel c's positions [k0, k1) from the coefficients.
-inline void input_gradient_run(__global const float* x, __global const float* dy,
-                               __global float* dx, uint channels, uint inner, uint c, uint k0,
-                               uint k1, float mean, float invstd, float k_scale, float2 coef) {
+void input_gradient_run(__global const float* x, __global const float* dy,
+                        __global float* dx, uint channels, uint inner, uint c, uint k0,
+                        uint k1, float mean, float invstd, float k_scale, float2 coef) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);

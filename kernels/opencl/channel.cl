@@ -27,7 +27,7 @@ typedef struct {
   uint o, i, step_o, step_i;
 } RunCursor;
 
-inline RunCursor run_cursor(uint k, uint inner, uint step) {
+RunCursor run_cursor(uint k, uint inner, uint step) {
   RunCursor r;
   r.o = k / inner;
   r.i = k - r.o * inner;
@@ -36,7 +36,7 @@ inline RunCursor run_cursor(uint k, uint inner, uint step) {
   return r;
 }
 
-inline void run_advance(RunCursor* r, uint inner) {
+void run_advance(RunCursor* r, uint inner) {
   r->o += r->step_o;
   r->i += r->step_i;
   if (r->i >= inner) {
@@ -46,15 +46,15 @@ inline void run_advance(RunCursor* r, uint inner) {
 }
 
 // The flat index of channel c's value at the cursor.
-inline uint run_at(const RunCursor* r, uint channels, uint c, uint inner) {
+uint run_at(const RunCursor* r, uint channels, uint c, uint inner) {
   return (r->o * channels + c) * inner + r->i;
 }
 
 // Stores a channel's sum: out[c] = beta * out[c] + sum (beta == 0: out not read) when the sum is
 // whole (direct), else partial[piece * channels + c] = sum.
-inline void store_channel_sum(float sum, uint c, uint piece, uint channels, int direct,
-                              __global float* out, ulong out_off, float beta,
-                              __global float* partial, ulong partial_off) {
+void store_channel_sum(float sum, uint c, uint piece, uint channels, int direct,
+                       __global float* out, ulong out_off, float beta,
+                       __global float* partial, ulong partial_off) {
   if (direct)
     out[out_off + c] = beta == 0.0f ? sum : beta * out[out_off + c] + sum;
   else

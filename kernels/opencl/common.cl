@@ -5,13 +5,13 @@
 
 // Reports bad data met by a kernel in the device's error flag {code, value} (core/device.h):
 // the first reporter keeps its code and value together; later ones leave them.
-inline void raise_error(__global int* flag, ulong flag_off, int code, int value) {
+void raise_error(__global int* flag, ulong flag_off, int code, int value) {
   if (atomic_cmpxchg(flag + flag_off, 0, code) == 0) flag[flag_off + 1] = value;
 }
 
 // Kahan summation: *sum + *carry holds the running total to about one float rounding however
 // many values were added (a work-item of a long reduction adds thousands).
-inline void kahan_add(float* sum, float* carry, float value) {
+void kahan_add(float* sum, float* carry, float value) {
   const float y = value - *carry;
   const float t = *sum + y;
   *carry = (t - *sum) - y;
@@ -20,7 +20,7 @@ inline void kahan_add(float* sum, float* carry, float value) {
 
 // Tree sum of partial[0..REDUCE_GROUP) into partial[0], in a fixed order; every work-item of the
 // (REDUCE_GROUP-wide) group must call it.
-inline void local_sum(__local float* partial) {
+void local_sum(__local float* partial) {
   const uint lid = get_local_id(0);
   for (uint width = REDUCE_GROUP / 2; width > 0; width >>= 1) {
     barrier(CLK_LOCAL_MEM_FENCE);

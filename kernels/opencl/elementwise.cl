@@ -4,7 +4,7 @@
 // The formulas of the UnaryOp family (core/op_types.h; core/unary_math.h holds the C++ copy),
 // one line each for the forward and the derivative. `op` is a UNARY_<name> code the host
 // defines from TRIDENT_UNARY_OPS, so a new activation is one case in each switch.
-inline float unary_apply(int op, float x, float alpha) {
+float unary_apply(int op, float x, float alpha) {
   switch (op) {
     case UNARY_identity: return x;
     case UNARY_relu: return x < 0.0f ? 0.0f : x;  // NaN fails the test: kept
@@ -17,7 +17,7 @@ inline float unary_apply(int op, float x, float alpha) {
 }
 
 // dy * op'(x), from x or from y = op(x) as unary_backward_needs_input says.
-inline float unary_derivative(int op, float x, float y, float dy, float alpha) {
+float unary_derivative(int op, float x, float y, float dy, float alpha) {
   switch (op) {
     case UNARY_identity: return dy;
     case UNARY_relu: return y > 0.0f ? dy : 0.0f;

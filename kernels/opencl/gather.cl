@@ -6,9 +6,9 @@
 
 // The source row of batch row r: table[position * rows + r], or -1 after raising the error
 // flag (report: only one caller per row raises, the others just skip).
-inline long source_row(__global const int* table, ulong table_off, uint table_size, uint rows,
-                       uint position, uint r, uint src_rows, bool report, __global int* flag,
-                       ulong flag_off) {
+long source_row(__global const int* table, ulong table_off, uint table_size, uint rows,
+                uint position, uint r, uint src_rows, bool report, __global int* flag,
+                ulong flag_off) {
   const ulong entry = (ulong)position * rows + r;
   if ((ulong)(position + 1ul) * rows > table_size) {
     if (report) raise_error(flag, flag_off, DEVICE_ERROR_TABLE_POSITION, (int)position);

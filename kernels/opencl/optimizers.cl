@@ -10,11 +10,11 @@ typedef struct {
 
 // lr and momentum (or beta1) from row min(steps_done, rows - 1) of the schedule (rows == 0:
 // none); grad_scale times min(1, max_norm / (grad_scale * sqrt(grad_sumsq) + 1e-6)) (clip).
-inline ResolvedStep resolve_step(float lr, float momentum, float grad_scale,
-                                 __global const float* schedule, ulong schedule_off,
-                                 uint schedule_rows, __global const float* grad_sumsq,
-                                 ulong grad_sumsq_off, int clip, float max_norm,
-                                 uint steps_done) {
+ResolvedStep resolve_step(float lr, float momentum, float grad_scale,
+                          __global const float* schedule, ulong schedule_off,
+                          uint schedule_rows, __global const float* grad_sumsq,
+                          ulong grad_sumsq_off, int clip, float max_norm,
+                          uint steps_done) {
   ResolvedStep r = {lr, momentum, grad_scale};
   if (schedule_rows > 0) {
     const uint row = min(steps_done, schedule_rows - 1);
@@ -31,7 +31,7 @@ inline ResolvedStep resolve_step(float lr, float momentum, float grad_scale,
 
 // 1 - beta^t without cancellation: -expm1(t * log1p(beta - 1)), where beta - 1 is exact for
 // beta in [0.5, 1) (1 - pown(beta, t) in float loses about four digits at beta = 0.999).
-inline float bias_correction(float beta, float t) { return -expm1(t * log1p(beta - 1.0f)); }
+float bias_correction(float beta, float t) { return -expm1(t * log1p(beta - 1.0f)); }
 
 // d = g*grad_scale + weight_decay*p; buf = momentum*buf + d; d = nesterov ? d + momentum*buf :
 // buf (momentum != 0 only); p -= lr*d. has_state == 0: no step_state (no schedule, no clip).

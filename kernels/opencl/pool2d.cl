@@ -5,10 +5,10 @@
 
 // The first output index o whose window [o*stride - pad, o*stride - pad + size) contains
 // position `at` (a = at + pad), and the last one (clipped to the outputs).
-inline uint first_window(uint a, uint size, uint stride) {
+uint first_window(uint a, uint size, uint stride) {
   return a + 1 >= size ? (a + 1 - size + stride - 1) / stride : 0;
 }
-inline uint last_window(uint a, uint stride, uint outputs) { return min(a / stride, outputs - 1); }
+uint last_window(uint a, uint stride, uint outputs) { return min(a / stride, outputs - 1); }
 
 // y[n, c, oh, ow] = max of the window; argmax = h*W + w of its first maximum in x's plane
 // (row-major window order, NaN wins; padding never does). relu: y = max(y, 0) and argmax = -1

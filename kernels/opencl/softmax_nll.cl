@@ -18,8 +18,8 @@ float row_log_sum_exp(__global const float* row, uint cols, float* top) {
 }
 
 // The row's label, or -1 (after raising the error flag) when it is outside [0, cols).
-inline int checked_label(__global const int* labels, ulong labels_off, uint r, uint cols,
-                         __global int* flag, ulong flag_off) {
+int checked_label(__global const int* labels, ulong labels_off, uint r, uint cols,
+                  __global int* flag, ulong flag_off) {
   const int label = labels[labels_off + r];
   if (label >= 0 && (uint)label < cols) return label;
   raise_error(flag, flag_off, DEVICE_ERROR_LABEL, label);
@@ -27,7 +27,7 @@ inline int checked_label(__global const int* labels, ulong labels_off, uint r, u
 }
 
 // -sum_c t[c] logp[c] of one row (label checked, >= 0).
-inline float row_nll(__global const float* logp, int label, uint cols, float smoothing) {
+float row_nll(__global const float* logp, int label, uint cols, float smoothing) {
   float loss = -(1.0f - smoothing) * logp[label];
   if (smoothing > 0.0f) {
     float sum = 0.0f;
@@ -38,8 +38,8 @@ inline float row_nll(__global const float* logp, int label, uint cols, float smo
 }
 
 // loss[0] = (accumulate ? loss[0] : 0) + sum / rows (rows == 0: + 0).
-inline void store_mean_loss(__global float* loss, ulong loss_off, int accumulate, float sum,
-                            uint rows) {
+void store_mean_loss(__global float* loss, ulong loss_off, int accumulate, float sum,
+                     uint rows) {
   loss[loss_off] = (accumulate ? loss[loss_off] : 0.0f) + (rows ? sum / (float)rows : 0.0f);
 }
 
