@@ -124,10 +124,11 @@ class ClQueue {
   // an empty range enqueues nothing.
   template <typename... Args>
   void launch(Kernel kernel, const LaunchRange& range, const Args&... args);
-  // The same for a kernel of another program (the own GEMM's tile programs).
+  // The same for `kernel`, named `function` in `program` (the own GEMM's tile programs);
+  // `label` names the launch in errors and profiles.
   template <typename... Args>
-  void launch_from(cl_program program, cl_kernel kernel, const char* name,
-                   const LaunchRange& range, const Args&... args);
+  void launch_from(cl_program program, cl_kernel kernel, const char* function,
+                   const char* label, const LaunchRange& range, const Args&... args);
   // Builds (or loads from the on-disk cache) a program with these kernels.
   cl_program build_program(const std::string& options, const std::string& source,
                            const std::vector<const char*>& kernel_names);
@@ -209,17 +210,18 @@ void ClQueue::set_args(cl_kernel kernel, cl_uint index, const T& value, const Re
 template <typename... Args>
 void ClQueue::launch(Kernel kernel, const LaunchRange& range, const Args&... args) {
   ensure_program();
-  launch_from(program_, kernels_[static_cast<int>(kernel)], kernel_name(kernel), range, args...);
+  const char* name = kernel_name(kernel);
+  launch_from(program_, kernels_[static_cast<int>(kernel)], name, name, range, args...);
 }
 
 template <typename... Args>
-void ClQueue::launch_from(cl_program program, cl_kernel kernel, const char* name,
-                          const LaunchRange& range, const Args&... args) {
+void ClQueue::launch_from(cl_program program, cl_kernel kernel, const char* function,
+                          const char* label, const LaunchRange& range, const Args&... args) {
   for (cl_uint d = 0; d < range.dims; ++d)
     if (range.global[d] == 0) return;
-  cl_kernel k = kernel_for_launch(program, kernel, name);
+  cl_kernel k = kernel_for_launch(program, kernel, function);
   set_args(k, 0, args...);
-  submit(k, range, name);
+  submit(k, range, label);
 }
 
 }  // namespace trident::opencl

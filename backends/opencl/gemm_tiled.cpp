@@ -123,12 +123,12 @@ bool GemmEngine::tiled(const TiledGemm& t) {
   const bool has_bias = t.bias && t.bias_kind != 0;
   const size_t k_last = t.k_last == size_t(-1) ? t.k : t.k_last;
   queue_.launch_from(
-      tile_programs_[variant], kernel, kTileKernelNames[variant], range, cl_uint(t.m),
-      cl_uint(t.n), cl_uint(t.k), cl_uint(k_last), queue_.buffer(t.a, sizeof(float), "GEMM A"),
-      cl_int(t.a_rs), cl_int(t.a_cs), cl_ulong(t.a_batch),
-      queue_.buffer(t.b, sizeof(float), "GEMM B"), cl_int(t.b_rs), cl_int(t.b_cs),
-      cl_ulong(t.b_batch), queue_.buffer(t.c, sizeof(float), "GEMM C"), cl_int(t.ldc),
-      cl_uint(t.c_plane), cl_ulong(t.c_batch), t.alpha, t.beta,
+      tile_programs_[variant], kernel, "gemm_tiled", kTileKernelNames[variant], range,
+      cl_uint(t.m), cl_uint(t.n), cl_uint(t.k), cl_uint(k_last),
+      queue_.buffer(t.a, sizeof(float), "GEMM A"), cl_int(t.a_rs), cl_int(t.a_cs),
+      cl_ulong(t.a_batch), queue_.buffer(t.b, sizeof(float), "GEMM B"), cl_int(t.b_rs),
+      cl_int(t.b_cs), cl_ulong(t.b_batch), queue_.buffer(t.c, sizeof(float), "GEMM C"),
+      cl_int(t.ldc), cl_uint(t.c_plane), cl_ulong(t.c_batch), t.alpha, t.beta,
       has_bias ? queue_.buffer(t.bias, sizeof(float), "bias") : BufferArg{},
       cl_int(has_bias ? t.bias_kind : 0), cl_int(t.relu));
   return true;

@@ -54,7 +54,7 @@ std::string kernel_file_text(const char* name) {
 
 std::string main_program_source() {
   std::string source = "// ---- codes shared with the host (kernel_source.cpp)\n";
-#define TRIDENT_OPENCL_UNARY_CODE(name) \
+#define TRIDENT_OPENCL_UNARY_CODE(name, module) \
   source += define("UNARY_" #name, static_cast<int>(UnaryOp::name));
   TRIDENT_UNARY_OPS(TRIDENT_OPENCL_UNARY_CODE)
 #undef TRIDENT_OPENCL_UNARY_CODE
