@@ -21,7 +21,9 @@ GemmCall gemm_call(const GemmArgs& g) {
   call.ldb = size_t(g.ldb);
   call.ldc = size_t(g.ldc);
   call.bias = g.bias.memory();
-  call.bias_kind = g.bias_kind == BiasKind::per_column ? 1 : g.bias_kind == BiasKind::per_row ? 2 : 0;
+  call.bias_kind = g.bias_kind == BiasKind::per_column ? 1
+                  : g.bias_kind == BiasKind::per_row  ? 2
+                                                      : 0;
   call.activation = g.activation;
   call.activation_alpha = g.activation_alpha;
   return call;

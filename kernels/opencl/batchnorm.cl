@@ -188,22 +188,6 @@ float2 gradient_sums_of_run(__global const float* x, __global const float* dy,
   return (float2)(s0, s1);
 }
 
-// The work-group's two sums by a fixed tree; every work-item gets them.
-float2 group_sum2(float2 mine, __local float* a, __local float* b) {
-  const uint lid = get_local_id(0);
-  a[lid] = mine.x;
-  b[lid] = mine.y;
-  for (uint width = REDUCE_GROUP / 2; width > 0; width >>= 1) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < width) {
-      a[lid] += a[lid + width];
-      b[lid] += b[lid + width];
-    }
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return (float2)(a[0], b[0]);
-}
-
 // dgamma, dbeta (where wanted) and the dx coefficients (sum(dy) / n, sum(dy * xhat) / n) of
 // channel c from its sums (sum dy, sum dy * (x - mean)).
 float2 finish_gradient_sums(float2 sums, uint c, float invstd, float count,
@@ -240,7 +224,7 @@ void batchnorm_backward_channel(__global const float* x, ulong x_off, __global c
   __local float a[REDUCE_GROUP], b[REDUCE_GROUP];
   const uint c = get_group_id(0), values = outer * inner;
   const float mean = save_mean[save_mean_off + c], invstd = save_invstd[save_invstd_off + c];
-  const float2 sums = group_sum2(
+  const float2 sums = local_sum2(
       gradient_sums_of_run(x + x_off, dy + dy_off, channels, inner, c, 0, values, mean), a, b);
   const float2 coef = finish_gradient_sums(sums, c, invstd, (float)values,
                                            dgamma, dgamma_off, has_dgamma && get_local_id(0) == 0,
@@ -261,7 +245,7 @@ void batchnorm_gradient_sums(__global const float* x, ulong x_off, __global cons
   const uint c = get_group_id(0) % channels, piece = get_group_id(0) / channels;
   const uint k0 = piece * per_piece, k1 = min(outer * inner, k0 + per_piece);
   const float mean = save_mean[save_mean_off + c];
-  const float2 sums = group_sum2(
+  const float2 sums = local_sum2(
       gradient_sums_of_run(x + x_off, dy + dy_off, channels, inner, c, k0, k1, mean), a, b);
   if (get_local_id(0) != 0) return;
   partial[partial_off + (piece * channels + c) * 2] = sums.x;

@@ -28,3 +28,20 @@ void local_sum(__local float* partial) {
   }
   barrier(CLK_LOCAL_MEM_FENCE);
 }
+
+// Two work-group sums at once (a REDUCE_GROUP-wide group, a and b REDUCE_GROUP floats of local
+// memory) by a fixed tree; every work-item gets them.
+float2 local_sum2(float2 mine, __local float* a, __local float* b) {
+  const uint lid = get_local_id(0);
+  a[lid] = mine.x;
+  b[lid] = mine.y;
+  for (uint width = REDUCE_GROUP / 2; width > 0; width >>= 1) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < width) {
+      a[lid] += a[lid + width];
+      b[lid] += b[lid + width];
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return (float2)(a[0], b[0]);
+}
