@@ -43,13 +43,14 @@ void OpenClDevice::do_channel_affine(const Tensor& x, const Tensor& scale, const
 
 void OpenClDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out,
                                    int64_t outer, int64_t channels, int64_t inner, float beta) {
-  if (outer == 0 || inner == 0) {  // empty sums: out = beta * out
-    if (beta == 0.0f) return do_fill(out, 0.0f);
-    return do_axpby(out, out, 0.0f, beta);
-  }
+  const BufferArg partial{reduce_scratch_.mem, 0};
+  const auto finish = [&](cl_uint pieces) {
+    queue_.launch(Kernel::channel_sums_finish, LaunchRange::items(size_t(channels), 64), partial,
+                  pieces, cl_uint(channels), queue_.buffer(out, "out"), beta);
+  };
+  if (outer == 0 || inner == 0) return finish(0);  // empty sums: out = beta * out
   const ChannelSplit split = channel_split(outer, channels, inner, 1, 0);
   const cl_int direct = split.pieces == 1;
-  const BufferArg partial{reduce_scratch_.mem, 0};
   if (inner == 1) {  // the columns of a [rows, channels] matrix
     LaunchRange range;
     range.dims = 2;
@@ -67,9 +68,7 @@ void OpenClDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tenso
                   cl_uint(channels), cl_uint(inner), split.per_piece, queue_.buffer(out, "out"),
                   beta, partial, direct);
   }
-  if (direct) return;
-  queue_.launch(Kernel::channel_sums_finish, LaunchRange::items(size_t(channels), 64), partial,
-                split.pieces, cl_uint(channels), queue_.buffer(out, "out"), beta);
+  if (!direct) finish(split.pieces);
 }
 
 }  // namespace trident::opencl
