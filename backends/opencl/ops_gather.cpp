@@ -1,6 +1,9 @@
 // The data slots (kernels/opencl/gather.cl): batch gathers by index table, read on the device
 // from step_state so that a captured step replays with the next batch, and the step counter.
+#include <string>
+
 #include "backends/opencl/opencl_device.h"
+#include "core/error.h"
 
 namespace trident::opencl {
 
@@ -12,6 +15,12 @@ void OpenClDevice::do_gather_rows(const Tensor& src, const Tensor& table,
       row_bytes % 4 == 0 && src.memory().offset % 4 == 0 && dst.memory().offset % 4 == 0;
   const size_t unit = words ? 4 : 1;
   const size_t row_units = row_bytes / unit;
+  // Bytes of 16-bit rows of odd length can outnumber the elements the front allows.
+  if (rows * row_units > size_t(info_.limits.max_elements))
+    throw ShapeError(label() + ": gather_rows of " + std::to_string(rows * row_bytes) +
+                     " bytes in rows of " + std::to_string(row_bytes) +
+                     " bytes (not whole 32-bit words) is more than the byte-wise kernel indexes; "
+                     "gather fewer rows at a time");
   queue_.launch(words ? Kernel::gather_rows_u32 : Kernel::gather_rows_u8,
                 LaunchRange::items(rows * row_units),
                 queue_.buffer(src.memory(), unit, "source rows"), cl_uint(src.dim(0)),
