@@ -28,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 bool dtype_from_name(const std::string& name, DType* out) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8}) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8, DType::i64}) {
     if (name == dtype_name(t)) {
       *out = t;
       return true;
@@ -84,7 +84,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json::
   e.tensor.name = name;
   const std::string& dtype = field("dtype", json::Value::Kind::string).string;
   if (!dtype_from_name(dtype, &e.tensor.dtype))
-    throw FormatError(where + "unsupported dtype " + json::quote(dtype) + " (Trident reads F32, F16, BF16, I32, U8)");
+    throw FormatError(where + "unsupported dtype " + json::quote(dtype) + " (Trident reads F32, F16, BF16, I32, I64, U8)");
   for (const json::Value& d : field("shape", json::Value::Kind::array).array) {
     if (d.kind != json::Value::Kind::integer || d.integer < 0)
       throw FormatError(where + "shape entries must be non-negative integers");
