@@ -1,9 +1,11 @@
 // Trainer checkpoints as safetensors: every weight under its PyTorch state-dict name, the
 // optimizer state as "optimizer.<state>" flat tensors, and the counters and settings as metadata.
+#include <cmath>
 #include <cstring>
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "models/replica.h"
 
@@ -11,6 +13,12 @@ namespace trident {
 namespace {
 
 constexpr const char* kFormat = "trident-checkpoint-1";
+// Largest counter (epoch, step, seed) read from a file: far beyond any real run, and small enough
+// that the trainer's increments cannot overflow int64 (9223372036854775807 used to wrap).
+constexpr int64_t kMaxCounter = int64_t{1} << 53;
+
+// A name or value from the file, quoted and escaped for a message (a NUL would end it).
+std::string shown(const std::string& text) { return "'" + json::escape_for_message(text) + "'"; }
 
 HostTensor host_tensor(const std::string& name, const Tensor& t) {
   HostTensor h;
@@ -30,13 +38,39 @@ const std::string& require(const TensorFile& file, const std::string& path, cons
 }
 
 int64_t parse_count(const std::string& path, const char* key, const std::string& text) {
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used == text.size() && v >= 0) return v;
-  } catch (const std::exception&) {
+  const bool digits = !text.empty() && text.size() <= 19 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (digits) {
+    const long long v = std::stoll(text);  // at most 19 digits: fits, cannot throw
+    if (v <= kMaxCounter) return v;
+    throw FormatError(path + ": metadata '" + key + "' = " + shown(text) + " is larger than " +
+                      std::to_string(kMaxCounter) + "; the checkpoint is corrupt");
   }
-  throw FormatError(path + ": metadata '" + key + "' = '" + text + "' is not a count");
+  throw FormatError(path + ": metadata '" + key + "' = " + shown(text) +
+                    " is not a count (decimal digits, at most " + std::to_string(kMaxCounter) + ")");
+}
+
+// The first NaN or infinity in a float32 tensor, named with its index, as an error: training
+// from such weights only produces NaN (and evaluation a meaningless accuracy).
+void check_finite(const std::string& path, const HostTensor& t) {
+  if (t.dtype != DType::f32) return;
+  const size_t count = t.bytes.size() / sizeof(float);
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof v);
+    if (std::isfinite(v)) continue;
+    std::string index;  // row-major coordinates of element i
+    size_t rest = i;
+    for (size_t d = t.shape.size(); d-- > 0;) {
+      const size_t extent = static_cast<size_t>(t.shape[d]);
+      index = std::to_string(rest % extent) + (index.empty() ? "" : ", ") + index;
+      rest /= extent;
+    }
+    throw FormatError(path + ": tensor " + shown(t.name) + " holds " + (std::isnan(v) ? "NaN" : "an infinity") +
+                      " at index [" + index + "] (element " + std::to_string(i) + " of " +
+                      std::to_string(count) + "); a checkpoint with non-finite values cannot be "
+                      "trained from or evaluated (was it saved from a diverged run?)");
+  }
 }
 
 }  // namespace
@@ -62,15 +96,15 @@ void Trainer::save_checkpoint(const std::string& path) const {
 void Trainer::load_checkpoint(const std::string& path) {
   const TensorFile file = load_safetensors(path);
   if (require(file, path, "format") != kFormat)
-    throw FormatError(path + ": unsupported checkpoint format '" + file.metadata.at("format") + "'");
+    throw FormatError(path + ": unsupported checkpoint format " + shown(file.metadata.at("format")));
   const std::string& model = require(file, path, "model");
   if (model != options_.model)
-    throw FormatError(path + ": checkpoint holds model '" + model + "', this run builds '" +
+    throw FormatError(path + ": checkpoint holds model " + shown(model) + ", this run builds '" +
                       options_.model + "'");
   const std::string& optimizer = require(file, path, "optimizer");
   if (optimizer != replicas_.front()->optimizer->name())
-    throw FormatError(path + ": checkpoint was trained with optimizer '" + optimizer +
-                      "', this run uses '" + replicas_.front()->optimizer->name() + "'");
+    throw FormatError(path + ": checkpoint was trained with optimizer " + shown(optimizer) +
+                      ", this run uses '" + replicas_.front()->optimizer->name() + "'");
   const int64_t epoch = parse_count(path, "epoch", require(file, path, "epoch"));
   const int64_t step = parse_count(path, "global_step", require(file, path, "global_step"));
   const uint64_t seed =
@@ -87,17 +121,18 @@ void Trainer::load_checkpoint(const std::string& path) {
     targets["optimizer." + name] = state;
   for (const auto& [name, tensor] : by_name)
     if (!targets.count(name))
-      throw FormatError(path + ": tensor '" + name + "' does not belong to model '" +
+      throw FormatError(path + ": tensor " + shown(name) + " does not belong to model '" +
                         options_.model + "' with optimizer '" + optimizer + "'");
   for (const auto& [name, target] : targets) {
     auto it = by_name.find(name);
     if (it == by_name.end())
-      throw FormatError(path + ": tensor '" + name + "' is missing");
+      throw FormatError(path + ": tensor " + shown(name) + " is missing");
     if (it->second->shape != target.shape() || it->second->dtype != target.dtype())
-      throw FormatError(path + ": tensor '" + name + "' has shape " +
+      throw FormatError(path + ": tensor " + shown(name) + " has shape " +
                         shape_string(it->second->shape) + " " + dtype_name(it->second->dtype) +
                         ", the model expects " + shape_string(target.shape()) + " " +
                         dtype_name(target.dtype()));
+    check_finite(path, *it->second);
   }
   // Load into every replica (a checkpoint from N devices loads on any number of devices).
   for (auto& r : replicas_) {
