@@ -58,10 +58,11 @@ Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const Mnist
                      " samples, fewer than one batch of " + std::to_string(options_.batch));
   const Shape sample = model_sample_shape(options_.model);
   const int64_t pixels = shape_numel(sample);
-  if (data.train.height * data.train.width != pixels)
-    throw ShapeError("model '" + options_.model + "' expects " + shape_string(sample) +
-                     " images, the data set has " + std::to_string(data.train.height) + "x" +
-                     std::to_string(data.train.width));
+  for (const ImageDataset* split : {&data.train, &data.test})  // both splits, height and width
+    if (Shape{1, split->height, split->width} != sample)
+      throw ShapeError("model '" + options_.model + "' expects " + shape_string(sample) + " images, the " +
+                       (split == &data.train ? "training" : "test") + " split of " + data.directory + " has " +
+                       std::to_string(split->height) + "x" + std::to_string(split->width));
   const int64_t steps = train_count_ / options_.batch;
   for (size_t rank = 0; rank < devices.size(); ++rank) {
     auto r = std::make_unique<Replica>();
