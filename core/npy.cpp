@@ -152,7 +152,7 @@ void decode_descr(NpyHeader& h, const std::string& name) {
 
 NpyHeader read_npy_header(ByteSource& src) {
   const std::string& name = src.name();
-  uint8_t magic[10];
+  uint8_t magic[12];  // "\x93NUMPY", major, minor, then a 2-byte (v1) or 4-byte (v2, v3) length
   const size_t got = src.read(magic, 8);
   if (got < 8 || std::memcmp(magic, "\x93NUMPY", 6) != 0)
     throw FormatError(name + ": not a .npy array (it does not start with \\x93NUMPY)");
