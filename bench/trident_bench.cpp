@@ -14,6 +14,7 @@
 // ms_per_step is the median over the timed epochs, ms_per_step_min the best.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -22,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/idx.h"
+#include "core/json.h"
 #include "core/registry.h"
 #include "core/tensor.h"
 #include "models/seed_models.h"
@@ -106,15 +108,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
 // One measurement line; every line carries the same fields (null where they do not apply).
 struct Record {
   std::string bench, model, device, device_name;
@@ -124,16 +117,20 @@ struct Record {
 };
 
 void emit(const Record& r) {
-  auto num = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
-  std::cout << "{\"impl\": \"trident\", \"bench\": " << json_string(r.bench)
-            << ", \"model\": " << json_string(r.model) << ", \"device\": " << json_string(r.device)
-            << ", \"device_name\": " << json_string(r.device_name) << ", \"batch\": " << r.batch
-            << ", \"n_devices\": " << r.n_devices << ", \"size\": " << r.size
-            << ", \"steps\": " << r.steps << ", \"capture\": " << (r.capture ? "true" : "false")
-            << ", \"ms_per_step\": " << num(r.ms_per_step)
-            << ", \"ms_per_step_min\": " << num(r.ms_per_step_min)
-            << ", \"samples_per_s\": " << num(r.samples_per_s) << ", \"gflops\": " << num(r.gflops)
-            << "}" << std::endl;
+  // Through Trident's one JSON writer: strings escaped, a NaN or infinite time written as null.
+  trident::json::ObjectWriter line;
+  const auto number_or_null = [&](const char* key, double v) {
+    if (v < 0) line.number(key, NAN);  // -1: does not apply
+    else line.number(key, v);
+  };
+  line.string("impl", "trident").string("bench", r.bench).string("model", r.model).string("device", r.device)
+      .string("device_name", r.device_name).integer("batch", r.batch).integer("n_devices", r.n_devices)
+      .integer("size", r.size).integer("steps", r.steps).boolean("capture", r.capture);
+  number_or_null("ms_per_step", r.ms_per_step);
+  number_or_null("ms_per_step_min", r.ms_per_step_min);
+  number_or_null("samples_per_s", r.samples_per_s);
+  number_or_null("gflops", r.gflops);
+  std::cout << line.str() << std::endl;
 }
 
 bool is_gpu(const Device& d) { return d.info().type == "gpu"; }

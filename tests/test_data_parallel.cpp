@@ -31,9 +31,14 @@ namespace {
 // A registry of `count` CPU devices splitting the cores (its own, not the global one).
 std::unique_ptr<DeviceRegistry> cpu_registry(int count) {
   setenv("TRIDENT_CPU_DEVICES", std::to_string(count).c_str(), 1);
+  // Each CPU device needs a thread of its own: more devices than cores must say so.
+  const bool oversubscribe = !std::getenv("TRIDENT_NUM_THREADS") &&
+                             static_cast<unsigned>(count) > std::thread::hardware_concurrency();
+  if (oversubscribe) setenv("TRIDENT_NUM_THREADS", std::to_string(count).c_str(), 1);
   auto registry = std::make_unique<DeviceRegistry>();
   registry->add_backend(make_cpu_backend());
   unsetenv("TRIDENT_CPU_DEVICES");
+  if (oversubscribe) unsetenv("TRIDENT_NUM_THREADS");
   return registry;
 }
 
