@@ -5,11 +5,12 @@
 // - the optimizer state as "optimizer.<state>" flat tensors over the parameter buffer (PyTorch
 //   reports them as unexpected keys and, with strict=False, ignores them);
 // - the settings and counters as metadata ("format", "model", "optimizer", "seed", "epoch",
-//   "global_step", "batch", "devices", "loss").
+//   "global_step", "batch", "sample_shape", "devices", "loss").
 #include <cstring>
 #include <map>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "models/replica.h"
 #include "models/state_dict.h"
@@ -23,20 +24,8 @@ constexpr const char* kOptimizerPrefix = "optimizer.";
 // that the trainer's increments cannot overflow int64.
 constexpr int64_t kMaxCounter = int64_t{1} << 53;
 
-// A name or value from the file, quoted, control characters escaped (a NUL would end it).
-std::string shown(const std::string& text) {
-  std::string out = "'";
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "'";
-}
+// A name or value from the file, quoted and escaped for a message (a NUL would end it).
+std::string shown(const std::string& text) { return "'" + json::escape_for_message(text) + "'"; }
 
 const std::string& require(const TensorFile& file, const std::string& path, const char* key) {
   auto it = file.metadata.find(key);
@@ -83,6 +72,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
                    {"epoch", std::to_string(epochs_done_)},
                    {"global_step", std::to_string(global_step_)},
                    {"batch", std::to_string(options_.batch)},
+                   {"sample_shape", shape_string(r.net.sample_shape())},
                    {"devices", device_names()}};
   file.tensors = network_state_dict(r.net);
   for (const auto& [name, state] : r.optimizer->state())
@@ -100,6 +90,12 @@ void Trainer::load_checkpoint(const std::string& path) {
   if (model != model_name_)
     throw FormatError(path + ": checkpoint holds model " + shown(model) + ", this run builds '" +
                       model_name_ + "'");
+  const std::string& sample = require(file, path, "sample_shape");
+  const std::string built = shape_string(replicas_.front()->net.sample_shape());
+  if (sample != built)
+    throw FormatError(path + ": the checkpoint was trained on samples of " + shown(sample) +
+                      ", the data set of this run has samples of " + built + " (" +
+                      data_source_ + ")");
   const std::string& optimizer = require(file, path, "optimizer");
   if (optimizer != replicas_.front()->optimizer->name())
     throw FormatError(path + ": checkpoint was trained with optimizer " + shown(optimizer) +

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <sstream>
 
 #include "core/dataset.h"
 #include "core/env.h"
@@ -20,7 +21,7 @@
 #include "core/safetensors.h"
 #include "models/cli_options.h"
 #include "models/progress.h"
-#include "models/seed_models.h"
+#include "models/zoo.h"
 #include "models/trainer.h"
 
 namespace trident {
@@ -34,49 +35,79 @@ std::vector<Device*> pick_devices(const CliTrainSettings& s) {
 }
 
 // Reads only the samples the run uses (--train-limit / --test-limit apply while reading, so
-// nothing past them is inflated or allocated), from an IDX directory or an .npz, and converts
-// them to the trainer's normalized floats.
-MnistSplits load_data(const CliTrainSettings& s) {
+// nothing past them is inflated or allocated), from an IDX directory or an .npz. Byte images
+// get the recipe's normalisation (on the device); float samples are taken as they are.
+DatasetSplits load_data(const CliTrainSettings& s, const ModelRecipe& recipe) {
   const std::string source = s.data.empty() ? default_data_directory() : s.data;
-  std::error_code ec;
-  if (std::filesystem::is_directory(source, ec))
-    return load_mnist_directory(source, 0.1307f, 0.3081f, 10, s.train_limit, s.test_limit);
   DatasetLoadOptions options;
   options.train_limit = s.train_limit;
   options.test_limit = s.test_limit;
-  options.classes = 10;  // the seed models have ten outputs
-  DatasetSplits loaded = load_dataset(source, options);
-  MnistSplits data;
-  data.directory = source;
-  for (auto [from, to] : {std::pair<Dataset*, ImageDataset*>{&loaded.train, &data.train},
-                          std::pair<Dataset*, ImageDataset*>{&loaded.test, &data.test}}) {
-    const std::vector<int64_t>& shape = from->sample_shape();
-    if (shape.size() != 3 || shape[0] != 1)
-      throw FormatError(from->source() + ": the seed models take one-channel images (N x H x W), got samples of " +
-                        "shape " + shape_string(shape));
-    if (from->dtype() == DType::u8) from->set_normalization({true, {0.1307f}, {0.3081f}});
-    to->count = from->size();
-    to->height = shape[1];
-    to->width = shape[2];
-    to->images = from->normalized(0, from->size());
-    to->labels = from->labels();
-  }
+  DatasetSplits data = load_dataset(source, options);
+  for (Dataset* split : {&data.train, &data.test})
+    if (split->dtype() == DType::u8) split->set_normalization({true, {recipe.mean}, {recipe.std}});
   return data;
 }
 
-TrainOptions train_options(const CliTrainSettings& s) {
+// The recipe's settings, overridden by the options given on the command line.
+TrainOptions train_options(const CliArgs& a, const CliTrainSettings& s, const ModelRecipe& r) {
   TrainOptions o;
-  o.model = s.model;
-  make_model(o.model);  // validates the name early
-  o.batch = s.batch;
+  o.batch = a.has("--batch") ? s.batch : r.batch;
+  o.epochs = a.has("--epochs") ? s.epochs : r.epochs;
+  o.optimizer = r.optimizer;
+  if (a.has("--optimizer") && s.optimizer != r.optimizer.kind) {
+    o.optimizer = OptimizerConfig{};  // another kind starts from its own defaults
+    o.optimizer.kind = s.optimizer;
+    o.optimizer.lr = s.optimizer == "sgd" ? 0.01f : 0.001f;
+    if (s.optimizer == "sgd") o.optimizer.momentum = r.optimizer.momentum;
+  }
+  if (a.has("--lr")) o.optimizer.lr = s.lr;
+  if (a.has("--momentum")) o.optimizer.momentum = s.momentum;
+  if (a.has("--weight-decay")) o.optimizer.weight_decay = s.weight_decay;
+  if (s.nesterov) o.optimizer.nesterov = true;
+  if (s.no_nesterov) o.optimizer.nesterov = false;
+  if (a.has("--clip-grad")) o.optimizer.clip_grad_norm = s.clip_grad;
+  o.schedule = r.schedule;
+  if (a.has("--schedule") && s.schedule != r.schedule.kind) {
+    o.schedule = ScheduleConfig{};
+    o.schedule.kind = s.schedule;
+  }
+  if (a.has("--max-lr")) o.schedule.max_lr = s.max_lr;
+  if (a.has("--min-lr")) o.schedule.min_lr = s.min_lr;
+  if (a.has("--gamma")) o.schedule.gamma = s.gamma;
+  if (a.has("--warmup-steps")) o.schedule.warmup_steps = s.warmup_steps;
+  if (a.has("--step-epochs")) o.schedule.step_epochs = s.step_epochs;
+  if (o.schedule.kind == "onecycle" && !a.has("--lr"))  // OneCycleLR sets the lr itself
+    o.optimizer.lr = o.schedule.max_lr > 0.0f ? o.schedule.max_lr / o.schedule.div_factor
+                                              : o.optimizer.lr;
+  o.loss = a.has("--loss") ? s.loss : r.loss;
+  o.label_smoothing = s.label_smoothing;
+  if (s.augment) {
+    o.augment.crop_padding = s.crop_padding;
+    o.augment.horizontal_flip = !s.no_flip;
+  }
   o.seed = s.seed;
-  o.optimizer.kind = s.optimizer;
-  o.optimizer.lr = s.lr;
-  o.optimizer.momentum = s.momentum;
-  o.optimizer.weight_decay = s.weight_decay;
   o.capture = s.capture;
   o.average_every = s.average_every;
+  validate(o.optimizer);
+  validate(o.schedule);
   return o;
+}
+
+// The effective training settings of a model, for `trident train --help --model NAME`.
+std::string describe_recipe(const ModelRecipe& r) {
+  std::ostringstream s;
+  s << "defaults for --model " << r.name << " (" << r.description << "):\n"
+    << "  --batch " << r.batch << " --epochs " << r.epochs << " --optimizer " << r.optimizer.kind
+    << " --lr " << r.optimizer.lr;
+  if (r.optimizer.kind == "sgd")
+    s << " --momentum " << r.optimizer.momentum << (r.optimizer.nesterov ? " --nesterov" : "");
+  s << " --weight-decay " << r.optimizer.weight_decay << "\n  --schedule " << r.schedule.kind;
+  if (r.schedule.kind == "onecycle")
+    s << " --max-lr " << r.schedule.max_lr << " (30% warm-up, cosine, div factor 25, final div "
+      << "factor 1e4, momentum 0.95 -> 0.85 -> 0.95)";
+  s << " --loss " << r.loss << "\n  byte images normalised as (x / 255 - " << r.mean << ") / "
+    << r.std << "\n";
+  return s.str();
 }
 
 // Before any data is read or any epoch trained: the checkpoint path can be written (and, to
@@ -114,25 +145,32 @@ int cmd_devices(std::ostream& out) {
 // The train command once its settings are final (the model name may come from the checkpoint).
 // Under mpirun every process runs this with its own share of the devices; only the leader
 // (rank 0) prints and writes the checkpoint.
-int train_with(const CliTrainSettings& settings, const ProcessGroup& group, std::ostream& out,
-               std::ostream& err) {
-  TrainOptions options = train_options(settings);
+int train_with(const CliArgs& a, const CliTrainSettings& settings, const ProcessGroup& group,
+               std::ostream& out, std::ostream& err) {
+  const ModelRecipe& recipe = find_model(settings.model);
+  TrainOptions options = train_options(a, settings, recipe);
   options.process_count = group.size;
   options.process_rank = group.rank;
   options.collective = group.collective;
-  const int64_t epochs = settings.epochs;
+  const int64_t epochs = options.epochs;
   const std::string& checkpoint = settings.checkpoint;
   const bool listed = !settings.devices.empty() || env_string("TRIDENT_DEVICES");
   const std::vector<Device*> devices = process_devices(pick_devices(settings), listed, group);
-  const MnistSplits data = load_data(settings);
-  Trainer trainer(devices, options, data);
+  const DatasetSplits data = load_data(settings, recipe);
+  const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  Trainer trainer(devices, recipe.factory(classes), data, options);
   if (settings.resume) trainer.load_checkpoint(checkpoint);
   const std::string device_names = trainer.device_names();
-  err << "training " << options.model << " (" << trainer.network().parameter_count()
+  const std::string model = recipe.name;
+  err << "training " << model << " (" << trainer.network().parameter_count()
       << " parameters) on " << device_names
       << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
-      << data.train.count << " samples from " << data.directory << ", batch " << options.batch
+      << data.train.size() << " samples of " << shape_string(data.train.sample_shape()) << " from "
+      << data.source << ", batch " << options.batch
       << ", " << options.optimizer.kind << " lr " << options.optimizer.lr;
+  if (options.schedule.kind != "none") err << " (" << options.schedule.kind << " schedule)";
+  err << ", " << loss_name(trainer.loss().kind) << " loss";
+  if (options.augment.enabled()) err << ", augmented";
   if (devices.size() > 1 || group.size > 1)
     err << ", all-reduce through " << trainer.collective_name();
   err << "\n";
@@ -153,7 +191,7 @@ int train_with(const CliTrainSettings& settings, const ProcessGroup& group, std:
     }
     const EvalStats e = trainer.evaluate();
     progress.finish_epoch(epoch, epochs, s, e, device_names);
-    if (settings.json) out << epoch_json(s, e, device_names, options.model) << std::endl;
+    if (settings.json) out << epoch_json(s, e, device_names, model) << std::endl;
     if (diverged)  // weights that produce NaN are not worth a checkpoint: keep the last good one
       throw Error("the training loss of epoch " + std::to_string(epoch) + " is " +
                   (std::isnan(s.train_loss) ? "NaN" : "infinite") + ": the run diverged" +
@@ -171,7 +209,7 @@ int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostr
   CliTrainSettings settings = train_settings(a);
   prepare_checkpoint(settings, group.leader(), err);
   if (settings.resume && !a.values.count("--model")) settings.model = checkpoint_model_name(settings.checkpoint);
-  return train_with(settings, group, out, err);
+  return train_with(a, settings, group, out, err);
 }
 
 int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
@@ -191,18 +229,20 @@ int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
   const std::string& checkpoint = settings.checkpoint;
   if (checkpoint.empty()) throw UsageError("eval needs --checkpoint FILE");
   settings.model = checkpoint_model_name(checkpoint);
-  TrainOptions options = train_options(settings);
+  const ModelRecipe& recipe = find_model(settings.model);
+  TrainOptions options = train_options(a, settings, recipe);
   std::vector<Device*> devices = pick_devices(settings);
   devices.resize(1);  // evaluation runs on one device
   settings.train_limit = 1;  // the training split is not used: read a single sample of it
-  MnistSplits data = load_data(settings);
+  const DatasetSplits data = load_data(settings, recipe);
   options.batch = 1;  // the trainer is used for evaluation only
-  Trainer trainer(devices, options, data);
+  const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  Trainer trainer(devices, recipe.factory(classes), data, options);
   trainer.load_checkpoint(checkpoint);
   const EvalStats e = trainer.evaluate();
   if (settings.json)
     out << json::ObjectWriter()
-               .string("model", options.model)
+               .string("model", recipe.name)
                .number("test_loss", e.loss)
                .number("test_accuracy", e.accuracy)
                .integer("samples", e.samples)
@@ -210,8 +250,9 @@ int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
                .str()
         << std::endl;
   else
-    out << options.model << " from " << checkpoint << ": test accuracy " << 100.0 * e.accuracy
-        << "%, test loss " << e.loss << " (" << e.samples << " samples, " << trainer.device_names() << ")\n";
+    out << recipe.name << " from " << checkpoint << ": test accuracy " << 100.0 * e.accuracy
+        << "%, test loss " << e.loss << " (" << e.samples << " samples, "
+        << trainer.device_names() << ")\n";
   return 0;
 }
 
@@ -222,6 +263,8 @@ int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
     const Args a = parse_cli(argv);
     if (a.command == "help" || a.command == "--help" || a.flags.count("--help")) {
       out << kCliUsage;
+      if (a.command == "train" || a.command == "eval" || a.values.count("--model"))
+        out << "\n" << describe_recipe(find_model(a.get("--model", "cnn")));
       return 0;
     }
     if (a.command == "devices") return cmd_devices(out);

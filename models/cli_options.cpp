@@ -16,19 +16,31 @@ const char* const kCliUsage = R"(usage: trident <command> [options]
 
 commands:
   devices                 list every compiled-in backend, its devices, or why it has none
-  train                   train a model on an MNIST-format data set
-  eval --checkpoint FILE  evaluate a checkpoint on the test set
-  help                    this text
+  train                   train a built-in model on a data set
+  eval --checkpoint FILE  evaluate a checkpoint on the test split of a data set
+  help                    this text (trident train --help --model NAME: that model's defaults)
 
-train options (defaults are the MNIST notebook's):
-  --model mlp|cnn|mlp-big   model to train (cnn)
-  --epochs N                epochs to train in total, counting resumed ones (1)
-  --batch N                 global batch size, split across devices (200)
-  --lr X                    learning rate (0.01)
-  --momentum X              SGD momentum (0.5)
-  --weight-decay X          L2 weight decay (0)
-  --optimizer sgd|adam      optimizer (sgd)
-  --seed N                  seed of initial weights, shuffling and dropout (1)
+train options (a model's recipe gives the defaults of the training options; see --help):
+  --model NAME              mlp, cnn, mlp-big or resnet (cnn)
+  --epochs N                epochs to train in total, counting resumed ones; a schedule spans them
+  --batch N                 global batch size, split across devices
+  --optimizer sgd|adam|adamw  optimizer; switching kind starts from its defaults (lr 0.01 for
+                            sgd, 0.001 for adam and adamw)
+  --lr X                    learning rate (a schedule's base)
+  --momentum X              SGD momentum
+  --nesterov, --no-nesterov Nesterov momentum (SGD) on or off
+  --weight-decay X          weight decay (L2 for sgd and adam, decoupled for adamw)
+  --clip-grad X             clip the gradients' global L2 norm to X (0: off)
+  --schedule none|step|cosine|onecycle  learning-rate schedule
+  --max-lr X                onecycle: the peak learning rate
+  --warmup-steps N          step, cosine: linear warm-up over N steps
+  --step-epochs N, --gamma X  step: lr *= gamma every N epochs
+  --min-lr X                cosine: the final learning rate
+  --loss auto|cross_entropy|nll|mse  loss (auto: nll after a LogSoftmax, else cross_entropy)
+  --label-smoothing X       cross-entropy label smoothing in [0, 1)
+  --augment                 random crop (zero padding, --crop-padding N, default 2) and
+                            horizontal flip (--no-flip: crop only) of training images, on the device
+  --seed N                  seed of initial weights, shuffling, dropout and augmentation (1)
   --data DIR|FILE.npz       MNIST-format directory or NumPy .npz with x_train, y_train, x_test,
                             y_test (TRIDENT_DATA or /usr/share/datasets/fashion-mnist)
   --devices LIST            devices that train together, e.g. cuda:0,cuda:1 or cuda:all
@@ -54,7 +66,11 @@ const std::map<std::string, bool>& known_options() {
       {"--devices", true},     {"--sync", true},        {"--checkpoint", true},
       {"--resume", false},     {"--no-capture", false}, {"--train-limit", true},
       {"--test-limit", true},  {"--json", false},       {"--help", false},
-      {"--allow-nonfinite", false}};
+      {"--allow-nonfinite", false}, {"--schedule", true},  {"--max-lr", true},
+      {"--warmup-steps", true}, {"--step-epochs", true},  {"--gamma", true},
+      {"--min-lr", true},      {"--loss", true},        {"--label-smoothing", true},
+      {"--clip-grad", true},   {"--augment", false},    {"--crop-padding", true},
+      {"--no-flip", false},    {"--nesterov", false},   {"--no-nesterov", false}};
   return known;
 }
 
@@ -169,9 +185,26 @@ CliTrainSettings train_settings(const CliArgs& a) {
   s.seed = static_cast<uint64_t>(a.get_int("--seed", 1, 0));
   s.train_limit = a.get_int("--train-limit", 0, 1);
   s.test_limit = a.get_int("--test-limit", 0, 1);
-  s.lr = a.get_float("--lr", s.optimizer == "adam" ? 0.001f : 0.01f, 0.0f);
+  s.lr = a.get_float("--lr", s.optimizer == "sgd" ? 0.01f : 0.001f, 0.0f);
   s.momentum = a.get_float("--momentum", s.momentum, 0.0f);
   s.weight_decay = a.get_float("--weight-decay", s.weight_decay, 0.0f);
+  s.schedule = a.get("--schedule", s.schedule);
+  s.max_lr = a.get_float("--max-lr", s.max_lr, 0.0f);
+  s.min_lr = a.get_float("--min-lr", s.min_lr, 0.0f);
+  s.gamma = a.get_float("--gamma", s.gamma, 0.0f);
+  s.warmup_steps = a.get_int("--warmup-steps", s.warmup_steps, 0);
+  s.step_epochs = a.get_int("--step-epochs", s.step_epochs, 1);
+  s.loss = a.get("--loss", s.loss);
+  s.label_smoothing = a.get_float("--label-smoothing", s.label_smoothing, 0.0f);
+  if (s.label_smoothing >= 1.0f)
+    throw UsageError("--label-smoothing '" + a.get("--label-smoothing", "") + "' must be below 1");
+  s.clip_grad = a.get_float("--clip-grad", s.clip_grad, 0.0f);
+  s.augment = a.flags.count("--augment") > 0 || a.values.count("--crop-padding") > 0;
+  s.crop_padding = a.get_int("--crop-padding", s.crop_padding, 0);
+  s.no_flip = a.flags.count("--no-flip") > 0;
+  s.nesterov = a.flags.count("--nesterov") > 0;
+  s.no_nesterov = a.flags.count("--no-nesterov") > 0;
+  if (s.nesterov && s.no_nesterov) throw UsageError("--nesterov and --no-nesterov contradict");
   s.resume = a.flags.count("--resume") > 0;
   s.capture = a.flags.count("--no-capture") == 0;
   s.json = a.flags.count("--json") > 0;

@@ -33,9 +33,7 @@ Linear::Linear(int64_t out_features) : out_(out_features) {
   require_positive("Linear", "out_features", out_);
 }
 
-Linear::Linear(int64_t in_features, int64_t out_features) : Linear(out_features) {
-  in_features(in_features);
-}
+Linear::Linear(int64_t in, int64_t out) : Linear(out) { in_features(in); }
 
 Linear& Linear::in_features(int64_t n) {
   require_positive("Linear", "in_features", n);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "models/layer.h"
 #include "models/sequential.h"
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace trident {
 namespace {
@@ -22,19 +23,7 @@ HostTensor host_copy(const std::string& name, const Tensor& t) {
   return h;
 }
 
-std::string quoted(const std::string& text) {
-  std::string out = "'";
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "'";
-}
+std::string quoted(const std::string& text) { return "'" + json::escape_for_message(text) + "'"; }
 
 float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;

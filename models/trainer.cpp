@@ -90,6 +90,7 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
   const Dataset& test = data.test;
   train_count_ = train.size();
   test_count_ = test.size();
+  data_source_ = test.source();
   if (train_count_ < options_.batch)
     throw UsageError("the training set (" + train.source() + ") has " +
                      std::to_string(train_count_) + " samples, fewer than one batch of " +

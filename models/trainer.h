@@ -133,6 +133,7 @@ class Trainer {
   TrainOptions options_;
   LossSpec loss_;
   std::string model_name_;
+  std::string data_source_;  // for messages: where the test split came from
   std::vector<std::shared_ptr<ResidentData>> data_;  // one per memory space
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Collective> collective_;

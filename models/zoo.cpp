@@ -8,17 +8,17 @@
 
 namespace trident {
 
-Network make_seed_mlp() {
+Network make_seed_mlp(int64_t classes) {
   Network net("mlp");
   net.add("flatten", Flatten());
   net.add("fc1", Linear(512));
   net.add("relu1", ReLU());
-  net.add("fc2", Linear(10));
+  net.add("fc2", Linear(classes));
   net.add("log_softmax", LogSoftmax());
   return net;
 }
 
-Network make_seed_cnn() {
+Network make_seed_cnn(int64_t classes) {
   Network net("cnn");
   net.add("conv1", Conv2d(10, 5));
   net.add("pool1", MaxPool2d(2));
@@ -31,12 +31,12 @@ Network make_seed_cnn() {
   net.add("fc1", Linear(50));
   net.add("relu3", ReLU());
   net.add("dropout", Dropout(0.5f));
-  net.add("fc2", Linear(10));
+  net.add("fc2", Linear(classes));
   net.add("log_softmax", LogSoftmax());
   return net;
 }
 
-Network make_big_mlp() {
+Network make_big_mlp(int64_t classes) {
   Network net("mlp-big");
   net.add("flatten", Flatten());
   net.add("fc1", Linear(4096));
@@ -45,7 +45,7 @@ Network make_big_mlp() {
   net.add("relu2", ReLU());
   net.add("fc3", Linear(4096));
   net.add("relu3", ReLU());
-  net.add("fc4", Linear(10));
+  net.add("fc4", Linear(classes));
   net.add("log_softmax", LogSoftmax());
   return net;
 }
@@ -65,9 +65,9 @@ Residual basic_block(int64_t in_channels, int64_t out_channels, int64_t stride) 
   return Residual(std::move(body), std::move(shortcut), UnaryOp::relu);
 }
 
-Network make_resnet(int64_t in_channels, int64_t classes) {
+Network make_resnet(int64_t classes) {
   Network net("resnet");
-  net.add("conv1", Conv2d(32, 3).in_channels(in_channels).padding(1).bias(false));
+  net.add("conv1", Conv2d(32, 3).padding(1).bias(false));
   net.add("bn1", BatchNorm2d());
   net.add("relu", ReLU());
   net.add("layer1", basic_block(32, 32, 1));
@@ -85,22 +85,22 @@ const std::vector<ModelRecipe>& model_zoo() {
     ModelRecipe mlp;  // the MNIST notebook's settings: batch 200, SGD lr 0.01 momentum 0.5
     mlp.name = "mlp";
     mlp.description = "784-512-10 MLP with ReLU (the R blog's)";
-    mlp.build = make_seed_mlp;
+    mlp.make = make_seed_mlp;
     z.push_back(mlp);
     ModelRecipe cnn = mlp;
     cnn.name = "cnn";
     cnn.description = "two conv layers, dropout, two linear layers (PyTorch's MNIST example)";
-    cnn.build = make_seed_cnn;
+    cnn.make = make_seed_cnn;
     z.push_back(cnn);
     ModelRecipe big = mlp;
     big.name = "mlp-big";
     big.description = "784-4096x3-10 MLP, compute-bound (benchmarks)";
-    big.build = make_big_mlp;
+    big.make = make_big_mlp;
     z.push_back(big);
     ModelRecipe resnet;  // what the PyTorch anchor ran (README): 93.1% after 12 epochs
     resnet.name = "resnet";
     resnet.description = "ResNet with three BasicBlocks (32-64-128), BN, global pooling";
-    resnet.build = [] { return make_resnet(); };
+    resnet.make = make_resnet;
     resnet.batch = 256;
     resnet.epochs = 12;
     resnet.optimizer.kind = "sgd";

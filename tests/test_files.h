@@ -2,11 +2,13 @@
 // MNIST-format directory, the CLI run in-process, and the CLI binary run as a child process.
 #pragma once
 #include <fcntl.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <spawn.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -206,11 +208,21 @@ inline ChildResult run_child(const std::string& program, const std::vector<std::
   ChildResult r;
   if (posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data()) != 0) return r;
   posix_spawn_file_actions_destroy(&actions);
+  // The child's own peak (VmHWM of its address space after exec), polled while it runs:
+  // rusage's ru_maxrss would include this process's memory, which a spawned child shares
+  // until its exec.
   int status = 0;
-  struct rusage usage {};
-  wait4(pid, &status, 0, &usage);
+  const std::string status_file = "/proc/" + std::to_string(pid) + "/status";
+  for (;;) {
+    std::ifstream proc(status_file);
+    std::string line;
+    while (std::getline(proc, line))
+      if (line.rfind("VmHWM:", 0) == 0) r.max_rss_kib = std::max(r.max_rss_kib, std::stol(line.substr(6)));
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    usleep(2000);
+  }
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.max_rss_kib = usage.ru_maxrss;
   return r;
 }
 

@@ -288,7 +288,7 @@ TEST_CASE("models: the seed MLP learns Fashion-MNIST (loss falls by half in 200 
   const DatasetSplits data = trident::testing::small_splits(10000, 2000);
   TrainOptions o;
   o.batch = 100;  // 100 steps per epoch, 2 epochs
-  Trainer trainer({&cpu()}, make_seed_mlp, data, o);
+  Trainer trainer({&cpu()}, [] { return make_seed_mlp(); }, data, o);
   const EvalStats before = trainer.evaluate();
   const EpochStats e1 = trainer.train_epoch();
   const EpochStats e2 = trainer.train_epoch();
@@ -313,8 +313,8 @@ TEST_CASE("models: a backend with only the required slots trains the seed MLP an
     o.batch = 20;
     o.optimizer.momentum = 0.9f;
     const ModelRecipe& recipe = find_model(model);
-    Trainer on_reference({&reference}, recipe.build, data, o);
-    Trainer on_cpu({&cpu()}, recipe.build, data, o);
+    Trainer on_reference({&reference}, recipe.factory(), data, o);
+    Trainer on_cpu({&cpu()}, recipe.factory(), data, o);
     const EpochStats a = on_reference.train_epoch();  // 10 steps
     const EpochStats b = on_cpu.train_epoch();
     CHECK(a.train_loss == Approx(b.train_loss).epsilon(1e-4));
@@ -358,7 +358,8 @@ TEST_CASE("models: a resumed run equals an uninterrupted one (dropout, Adam, bat
     net.add("fc", Linear(10));
     return net;
   };
-  for (const Case& c : {Case{"cnn", make_seed_cnn, adam}, Case{"resnet", small_resnet, modern}}) {
+  for (const Case& c : {Case{"cnn", [] { return make_seed_cnn(); }, adam},
+                        Case{"resnet", small_resnet, modern}}) {
     INFO(c.name);
     const std::string path = temp_path(std::string("resume_") + c.name + ".safetensors");
     Trainer straight({&cpu()}, c.model, data, c.options);
@@ -415,7 +416,7 @@ TEST_CASE("models: bad checkpoints are rejected with the reason and change nothi
   const DatasetSplits data = trident::testing::small_splits(400, 100);
   TrainOptions o;
   o.batch = 100;
-  Trainer trainer({&cpu()}, make_seed_mlp, data, o);
+  Trainer trainer({&cpu()}, [] { return make_seed_mlp(); }, data, o);
   const std::string good = temp_path("good.safetensors");
   trainer.save_checkpoint(good);
   const std::vector<float> before = trainer.network().parameters().to_host();
