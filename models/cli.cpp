@@ -3,11 +3,13 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -156,7 +158,32 @@ TrainOptions train_options(const Args& a) {
   } else if (sync != "allreduce") {
     throw UsageError("--sync '" + sync + "': use allreduce or average:K");
   }
+  // Read here, as the Trainer would, so that the processes of a job compare what they use.
+  o.overlap = env_flag("TRIDENT_OVERLAP", true);
+  o.bucket_bytes = env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
   return o;
+}
+
+// What the processes of a job compare before their first step (agree_on_settings).
+JobSettings job_settings(const TrainOptions& o, const Trainer& trainer, size_t devices,
+                         int64_t epochs, int64_t train_samples) {
+  JobSettings s;
+  s.devices_per_process = static_cast<int64_t>(devices);
+  s.global_batch = o.batch;
+  s.average_every = o.average_every;
+  s.overlap = o.overlap ? 1 : 0;
+  s.bucket_bytes = o.bucket_bytes;
+  s.seed = static_cast<int64_t>(o.seed);
+  s.resumed_step = trainer.global_step();
+  s.epochs = epochs;
+  s.train_samples = train_samples;
+  s.model = settings_hash(o.model);
+  char optimizer[200];  // %a: every bit of the floats
+  std::snprintf(optimizer, sizeof(optimizer), "%s lr %a momentum %a weight decay %a",
+                o.optimizer.kind.c_str(), o.optimizer.lr, o.optimizer.momentum,
+                o.optimizer.weight_decay);
+  s.optimizer = settings_hash(optimizer);
+  return s;
 }
 
 int cmd_devices(std::ostream& out) {
@@ -195,44 +222,70 @@ int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostr
   if (resume && !std::filesystem::exists(checkpoint))
     throw UsageError("--resume: checkpoint '" + checkpoint + "' does not exist");
   if (resume && !a.values.count("--model")) options.model = checkpoint_model_name(checkpoint);
-  const bool listed = a.values.count("--devices") || env_string("TRIDENT_DEVICES");
-  const std::vector<Device*> devices = process_devices(pick_devices(a), listed, group);
+  // Under a launcher the registry opens only this process's share of the devices.
+  std::optional<std::string> list = env_string("TRIDENT_DEVICES");
+  if (a.values.count("--devices")) list = a.values.at("--devices");
+  DeviceRegistry::limit_global_discovery(process_discovery_scope(list, group));
+  const std::vector<Device*> devices = process_devices(DeviceRegistry::global(), list, group);
   const MnistSplits data = load_data(a);
   Trainer trainer(devices, options, data);
-  if (resume) trainer.load_checkpoint(checkpoint);
-  const std::string device_names = trainer.device_names();
-  err << "training " << options.model << " (" << trainer.network().parameter_count()
-      << " parameters) on " << device_names
-      << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
-      << data.train.count << " samples from " << data.directory << ", batch " << options.batch
-      << ", " << options.optimizer.kind << " lr " << options.optimizer.lr;
-  if (devices.size() > 1 || group.size > 1)
-    err << ", all-reduce through " << trainer.collective_name();
-  err << "\n";
-  ProgressPrinter progress(::isatty(STDERR_FILENO) == 1);
-  if (trainer.epochs_done() >= epochs)
-    err << "checkpoint already has " << trainer.epochs_done() << " epochs; nothing to do\n";
-  while (trainer.epochs_done() < epochs) {
-    const int64_t epoch = trainer.epochs_done() + 1;
-    std::function<void(const Progress&)> report;  // a report reads the loss back: leader only
-    if (group.leader())
-      report = [&](const Progress& p) { progress.update(epoch, epochs, p, options.batch); };
-    const EpochStats s = trainer.train_epoch(report);
-    if (!group.leader()) continue;  // the replicas are identical: one evaluates and saves
-    const EvalStats e = trainer.evaluate();
-    progress.finish_epoch(epoch, epochs, s, e, device_names);
-    if (json) out << epoch_json(s, e, device_names, options.model) << std::endl;
-    if (!checkpoint.empty()) trainer.save_checkpoint(checkpoint);
+  // Tests only: this process fails once training reaches that global step (a rank failing
+  // mid-run, tests/mpi/run_mpi_failure_check.sh).
+  const long fail_at_step = env_int("TRIDENT_TEST_FAIL_AT_STEP", 0, 0, LONG_MAX);
+  auto run = [&]() -> int {
+    if (resume) trainer.load_checkpoint(checkpoint);
+    agree_on_settings(group, job_settings(options, trainer, devices.size(), epochs,
+                                          data.train.count));
+    const std::string device_names = trainer.device_names();
+    err << "training " << options.model << " (" << trainer.network().parameter_count()
+        << " parameters) on " << device_names
+        << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
+        << data.train.count << " samples from " << data.directory << ", batch " << options.batch
+        << ", " << options.optimizer.kind << " lr " << options.optimizer.lr;
+    if (devices.size() > 1 || group.size > 1)
+      err << ", all-reduce through " << trainer.collective_name();
+    err << "\n";
+    ProgressPrinter progress(::isatty(STDERR_FILENO) == 1);
+    if (trainer.epochs_done() >= epochs)
+      err << "checkpoint already has " << trainer.epochs_done() << " epochs; nothing to do\n";
+    while (trainer.epochs_done() < epochs) {
+      const int64_t epoch = trainer.epochs_done() + 1;
+      std::function<void(const Progress&)> report;  // a report reads the loss back: leader only
+      if (group.leader() || fail_at_step > 0)
+        report = [&](const Progress& p) {
+          if (fail_at_step > 0 && trainer.global_step() >= fail_at_step)
+            throw Error("failing at step " + std::to_string(trainer.global_step()) +
+                        " as TRIDENT_TEST_FAIL_AT_STEP asks");
+          if (group.leader()) progress.update(epoch, epochs, p, options.batch);
+        };
+      const EpochStats s = trainer.train_epoch(report, fail_at_step > 0 ? 0.0 : 0.5);
+      if (!group.leader()) continue;  // the replicas are identical: one evaluates and saves
+      const EvalStats e = trainer.evaluate();
+      progress.finish_epoch(epoch, epochs, s, e, device_names);
+      if (json) out << epoch_json(s, e, device_names, options.model) << std::endl;
+      if (!checkpoint.empty()) trainer.save_checkpoint(checkpoint);
+    }
+    return 0;
+  };
+  // From here a failure under a launcher ends the job at once, while the Trainer (its
+  // communicator and captured steps) is alive: unwinding first would destroy them, which can
+  // wait forever for peers that will never match the work queued (issue 14, finding 2).
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    if (group.size > 1)
+      abort_process_group(group, e.what(), dynamic_cast<const UsageError*>(&e) ? 2 : 1, err_all);
+    throw;
   }
-  return 0;
 }
 
 int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
-  const ProcessGroup group = join_process_group();  // one process unless started by mpirun
+  const ProcessGroup group = join_process_group();  // one process unless started by a launcher
   try {
     return train(a, group, out, err);
   } catch (const std::exception& e) {
-    // The other processes would wait forever for this one's next all-reduce: end them all.
+    // Failures before the Trainer exists (train() ends the job itself after): the other
+    // processes would wait forever for this one's next all-reduce, so end them all.
     if (group.size > 1)
       abort_process_group(group, e.what(), dynamic_cast<const UsageError*>(&e) ? 2 : 1, err);
     throw;
