@@ -72,8 +72,21 @@ DeviceRegistry& DeviceRegistry::global() {
 void DeviceRegistry::add_backend(std::unique_ptr<Backend> backend) {
   BackendEntry entry;
   entry.name = backend->name();
+  // Under a launcher without a device list each process trains on a device of the default
+  // backend alone: TRIDENT_BACKEND's, else the first with devices (registration order: CUDA,
+  // then OpenCL), so any other backend opens nothing.
+  DiscoveryScope scope = scope_;
+  if (scope.limited && !scope.listed) {
+    bool earlier_found = false;
+    for (const auto& b : backends_) earlier_found = earlier_found || !b.devices.empty();
+    const auto chosen = env_string("TRIDENT_BACKEND");
+    if (chosen ? *chosen != entry.name : earlier_found) {
+      scope.listed = true;  // and named in no list: nothing
+      scope.only.clear();
+    }
+  }
   try {
-    entry.devices = backend->discover_in_scope(scope_, entry.why_none);
+    entry.devices = backend->discover_in_scope(scope, entry.why_none);
   } catch (const std::exception& e) {
     entry.devices.clear();
     entry.why_none = e.what();

@@ -49,12 +49,12 @@ ProcessGroup group_of(int size, int rank, int local_size, int local_rank) {
   return group;
 }
 
-// A GPU that runs nothing: a CPU device that says it is device `index` of backend "fakegpu".
+// A GPU that runs nothing: a CPU device that says it is device `index` of `backend`.
 class FakeGpu : public CpuDevice {
  public:
-  explicit FakeGpu(int index) : CpuDevice(index, 1, "fake GPU") {
+  FakeGpu(const std::string& backend, int index) : CpuDevice(index, 1, "fake GPU") {
     info_ = CpuDevice::info();
-    info_.backend = "fakegpu";
+    info_.backend = backend;
     info_.type = "gpu";
     ++opened;
   }
@@ -69,18 +69,22 @@ int FakeGpu::opened = 0;
 // Four GPUs, discovered the way the CUDA backend discovers: only those the scope allows.
 class FakeGpuBackend : public Backend {
  public:
-  std::string name() const override { return "fakegpu"; }
+  explicit FakeGpuBackend(std::string name = "fakegpu") : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   std::vector<std::unique_ptr<Device>> discover(std::string& why_none) override {
     return discover_in_scope(DiscoveryScope{}, why_none);
   }
   std::vector<std::unique_ptr<Device>> discover_in_scope(const DiscoveryScope& scope,
                                                          std::string& why_none) override {
     std::vector<std::unique_ptr<Device>> devices;
-    for (int ordinal : scope.devices_to_open("fakegpu", 4))
-      devices.push_back(std::make_unique<FakeGpu>(ordinal));
+    for (int ordinal : scope.devices_to_open(name_, 4))
+      devices.push_back(std::make_unique<FakeGpu>(name_, ordinal));
     if (devices.empty()) why_none = "none opened: " + scope.describe();
     return devices;
   }
+
+ private:
+  std::string name_;
 };
 
 std::vector<int> indices(const std::vector<Device*>& devices) {
@@ -225,6 +229,27 @@ TEST_CASE("launcher: discovery opens only this process's devices", "[launcher][r
       CHECK(indices(process_devices(registry, std::nullopt, group)) ==
             std::vector<int>{local_rank});
     }
+  }
+  SECTION("without a list, a backend that will not give the default device opens nothing") {
+    const ProcessGroup group = group_of(2, 1, 2, 1);
+    {
+      EnvOverride unset("TRIDENT_BACKEND", nullptr);  // the first backend with devices
+      FakeGpu::opened = 0;
+      DeviceRegistry registry(process_discovery_scope(std::nullopt, group));
+      registry.add_backend(std::make_unique<FakeGpuBackend>("fakegpu"));
+      registry.add_backend(std::make_unique<FakeGpuBackend>("othergpu"));  // as OpenCL after CUDA
+      CHECK(FakeGpu::opened == 1);
+      CHECK(registry.device_list("fakegpu:all").size() == 1);
+      CHECK_THROWS_AS(registry.device_list("othergpu:all"), DeviceNotFound);
+    }
+    EnvOverride chosen("TRIDENT_BACKEND", "othergpu");
+    FakeGpu::opened = 0;
+    DeviceRegistry registry(process_discovery_scope(std::nullopt, group));
+    registry.add_backend(std::make_unique<FakeGpuBackend>("fakegpu"));
+    registry.add_backend(std::make_unique<FakeGpuBackend>("othergpu"));
+    CHECK(FakeGpu::opened == 1);
+    CHECK(indices(process_devices(registry, std::nullopt, group)) == std::vector<int>{1});
+    CHECK(process_devices(registry, std::nullopt, group)[0]->info().backend == "othergpu");
   }
   SECTION("one process: every device, as before") {
     FakeGpu::opened = 0;
