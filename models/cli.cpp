@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/idx.h"
+#include "core/job.h"
 #include "core/json.h"
 #include "core/mpi/process_group.h"
 #include "core/registry.h"
@@ -88,9 +91,41 @@ TrainOptions train_options(const CliArgs& a, const CliTrainSettings& s, const Mo
   o.seed = s.seed;
   o.capture = s.capture;
   o.average_every = s.average_every;
+  // Read here, as the Trainer would, so that the processes of a job compare what they use.
+  o.overlap = env_flag("TRIDENT_OVERLAP", true);
+  o.bucket_bytes = env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
   validate(o.optimizer);
   validate(o.schedule);
   return o;
+}
+
+// What the processes of a job compare before their first step (agree_on_settings).
+JobSettings job_settings(const std::string& model, const TrainOptions& o, const Trainer& trainer,
+                         size_t devices, int64_t train_samples) {
+  JobSettings s;
+  s.devices_per_process = static_cast<int64_t>(devices);
+  s.global_batch = o.batch;
+  s.average_every = o.average_every;
+  s.overlap = o.overlap ? 1 : 0;
+  s.bucket_bytes = o.bucket_bytes;
+  s.seed = static_cast<int64_t>(o.seed);
+  s.resumed_step = trainer.global_step();
+  s.epochs = o.epochs;
+  s.train_samples = train_samples;
+  s.model = settings_hash(model);
+  char optimizer[400];  // %a: every bit of the floats
+  std::snprintf(optimizer, sizeof(optimizer),
+                "%s lr %a momentum %a nesterov %d weight decay %a clip %a schedule %s max %a "
+                "min %a gamma %a warmup %lld step %lld loss %s smoothing %a crop %lld flip %d",
+                o.optimizer.kind.c_str(), o.optimizer.lr, o.optimizer.momentum,
+                int(o.optimizer.nesterov), o.optimizer.weight_decay, o.optimizer.clip_grad_norm,
+                o.schedule.kind.c_str(), o.schedule.max_lr, o.schedule.min_lr, o.schedule.gamma,
+                static_cast<long long>(o.schedule.warmup_steps),
+                static_cast<long long>(o.schedule.step_epochs), o.loss.c_str(),
+                o.label_smoothing, static_cast<long long>(o.augment.crop_padding),
+                int(o.augment.horizontal_flip));
+  s.optimizer = settings_hash(optimizer);
+  return s;
 }
 
 // The effective training settings of a model, for `trident train --help --model NAME`.
@@ -146,7 +181,7 @@ int cmd_devices(std::ostream& out) {
 // Under mpirun every process runs this with its own share of the devices; only the leader
 // (rank 0) prints and writes the checkpoint.
 int train_with(const CliArgs& a, const CliTrainSettings& settings, const ProcessGroup& group,
-               std::ostream& out, std::ostream& err) {
+               std::ostream& out, std::ostream& err, std::ostream& err_all) {
   const ModelRecipe& recipe = find_model(settings.model);
   TrainOptions options = train_options(a, settings, recipe);
   options.process_count = group.size;
@@ -154,53 +189,79 @@ int train_with(const CliArgs& a, const CliTrainSettings& settings, const Process
   options.collective = group.collective;
   const int64_t epochs = options.epochs;
   const std::string& checkpoint = settings.checkpoint;
-  const bool listed = !settings.devices.empty() || env_string("TRIDENT_DEVICES");
-  const std::vector<Device*> devices = process_devices(pick_devices(settings), listed, group);
+  // Under a launcher the registry opens only this process's share of the devices.
+  std::optional<std::string> list = env_string("TRIDENT_DEVICES");
+  if (!settings.devices.empty()) list = settings.devices;
+  DeviceRegistry::limit_global_discovery(process_discovery_scope(list, group));
+  const std::vector<Device*> devices = process_devices(DeviceRegistry::global(), list, group);
   const DatasetSplits data = load_data(settings, recipe);
   const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
   Trainer trainer(devices, recipe.factory(classes), data, options);
-  if (settings.resume) trainer.load_checkpoint(checkpoint);
-  const std::string device_names = trainer.device_names();
-  const std::string model = recipe.name;
-  err << "training " << model << " (" << trainer.network().parameter_count()
-      << " parameters) on " << device_names
-      << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
-      << data.train.size() << " samples of " << shape_string(data.train.sample_shape()) << " from "
-      << data.source << ", batch " << options.batch
-      << ", " << options.optimizer.kind << " lr " << options.optimizer.lr;
-  if (options.schedule.kind != "none") err << " (" << options.schedule.kind << " schedule)";
-  err << ", " << loss_name(trainer.loss().kind) << " loss";
-  if (options.augment.enabled()) err << ", augmented";
-  if (devices.size() > 1 || group.size > 1)
-    err << ", all-reduce through " << trainer.collective_name();
-  err << "\n";
-  ProgressPrinter progress(::isatty(STDERR_FILENO) == 1);
-  if (trainer.epochs_done() >= epochs)
-    err << "checkpoint already has " << trainer.epochs_done() << " epochs; nothing to do\n";
-  while (trainer.epochs_done() < epochs) {
-    const int64_t epoch = trainer.epochs_done() + 1;
-    std::function<void(const Progress&)> report;  // a report reads the loss back: leader only
-    if (group.leader())
-      report = [&](const Progress& p) { progress.update(epoch, epochs, p, options.batch); };
-    const EpochStats s = trainer.train_epoch(report);
-    // Every process sees the same (all-reduced) loss, so all of them stop at the same epoch.
-    const bool diverged = !std::isfinite(s.train_loss) && !settings.allow_nonfinite;
-    if (!group.leader()) {
-      if (diverged) throw Error("the training loss of epoch " + std::to_string(epoch) + " is not finite");
-      continue;  // the replicas are identical: one evaluates and saves
+  // Tests only: this process fails once training reaches that global step (a rank failing
+  // mid-run, tests/mpi/run_mpi_failure_check.sh).
+  const long fail_at_step = env_int("TRIDENT_TEST_FAIL_AT_STEP", 0, 0, LONG_MAX);
+  auto run = [&]() -> int {
+    if (settings.resume) trainer.load_checkpoint(checkpoint);
+    agree_on_settings(group, job_settings(recipe.name, options, trainer, devices.size(),
+                                          data.train.size()));
+    const std::string device_names = trainer.device_names();
+    const std::string model = recipe.name;
+    err << "training " << model << " (" << trainer.network().parameter_count()
+        << " parameters) on " << device_names
+        << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
+        << data.train.size() << " samples of " << shape_string(data.train.sample_shape())
+        << " from " << data.source << ", batch " << options.batch << ", "
+        << options.optimizer.kind << " lr " << options.optimizer.lr;
+    if (options.schedule.kind != "none") err << " (" << options.schedule.kind << " schedule)";
+    err << ", " << loss_name(trainer.loss().kind) << " loss";
+    if (options.augment.enabled()) err << ", augmented";
+    if (devices.size() > 1 || group.size > 1)
+      err << ", all-reduce through " << trainer.collective_name();
+    err << "\n";
+    ProgressPrinter progress(::isatty(STDERR_FILENO) == 1);
+    if (trainer.epochs_done() >= epochs)
+      err << "checkpoint already has " << trainer.epochs_done() << " epochs; nothing to do\n";
+    while (trainer.epochs_done() < epochs) {
+      const int64_t epoch = trainer.epochs_done() + 1;
+      std::function<void(const Progress&)> report;  // a report reads the loss back: leader only
+      if (group.leader() || fail_at_step > 0)
+        report = [&](const Progress& p) {
+          if (fail_at_step > 0 && trainer.global_step() >= fail_at_step)
+            throw Error("failing at step " + std::to_string(trainer.global_step()) +
+                        " as TRIDENT_TEST_FAIL_AT_STEP asks");
+          if (group.leader()) progress.update(epoch, epochs, p, options.batch);
+        };
+      const EpochStats s = trainer.train_epoch(report, fail_at_step > 0 ? 0.0 : 0.5);
+      // Every process sees the same (all-reduced) loss, so all of them stop at the same epoch.
+      const bool diverged = !std::isfinite(s.train_loss) && !settings.allow_nonfinite;
+      if (!group.leader()) {
+        if (diverged)
+          throw Error("the training loss of epoch " + std::to_string(epoch) + " is not finite");
+        continue;  // the replicas are identical: one evaluates and saves
+      }
+      const EvalStats e = trainer.evaluate();
+      progress.finish_epoch(epoch, epochs, s, e, device_names);
+      if (settings.json) out << epoch_json(s, e, device_names, model) << std::endl;
+      if (diverged)  // weights that produce NaN are not worth a checkpoint: keep the last good one
+        throw Error("the training loss of epoch " + std::to_string(epoch) + " is " +
+                    (std::isnan(s.train_loss) ? "NaN" : "infinite") + ": the run diverged" +
+                    (checkpoint.empty() ? "" : " (" + checkpoint + " was not overwritten)") +
+                    ". Lower --lr (it is " + json::number(options.optimizer.lr) +
+                    "), or pass --allow-nonfinite to keep training anyway");
+      if (!checkpoint.empty()) trainer.save_checkpoint(checkpoint);
     }
-    const EvalStats e = trainer.evaluate();
-    progress.finish_epoch(epoch, epochs, s, e, device_names);
-    if (settings.json) out << epoch_json(s, e, device_names, model) << std::endl;
-    if (diverged)  // weights that produce NaN are not worth a checkpoint: keep the last good one
-      throw Error("the training loss of epoch " + std::to_string(epoch) + " is " +
-                  (std::isnan(s.train_loss) ? "NaN" : "infinite") + ": the run diverged" +
-                  (checkpoint.empty() ? "" : " (" + checkpoint + " was not overwritten)") +
-                  ". Lower --lr (it is " + json::number(options.optimizer.lr) +
-                  "), or pass --allow-nonfinite to keep training anyway");
-    if (!checkpoint.empty()) trainer.save_checkpoint(checkpoint);
+    return 0;
+  };
+  // From here a failure under a launcher ends the job at once, while the Trainer (its
+  // communicator and captured steps) is alive: unwinding first would destroy them, which can
+  // wait forever for peers that will never match the work queued (issue 14, finding 2).
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    if (group.size > 1)
+      abort_process_group(group, e.what(), dynamic_cast<const UsageError*>(&e) ? 2 : 1, err_all);
+    throw;
   }
-  return 0;
 }
 
 int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostream& err_all) {
@@ -209,15 +270,16 @@ int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostr
   CliTrainSettings settings = train_settings(a);
   prepare_checkpoint(settings, group.leader(), err);
   if (settings.resume && !a.values.count("--model")) settings.model = checkpoint_model_name(settings.checkpoint);
-  return train_with(a, settings, group, out, err);
+  return train_with(a, settings, group, out, err, err_all);
 }
 
 int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
-  const ProcessGroup group = join_process_group();  // one process unless started by mpirun
+  const ProcessGroup group = join_process_group();  // one process unless started by a launcher
   try {
     return train(a, group, out, err);
   } catch (const std::exception& e) {
-    // The other processes would wait forever for this one's next all-reduce: end them all.
+    // Failures before the Trainer exists (train_with() ends the job itself after): the other
+    // processes would wait forever for this one's next all-reduce, so end them all.
     if (group.size > 1)
       abort_process_group(group, e.what(), dynamic_cast<const UsageError*>(&e) ? 2 : 1, err);
     throw;

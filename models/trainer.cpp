@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <thread>
 
 #include "core/env.h"
@@ -182,14 +184,20 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
                       : env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
 }
 
-// Captured work first (a graph may hold the communicator), then the devices' queues, then the
-// collective.
+// Teardown order (issue 14, finding 1): a captured step holds the collective (the CUDA graph
+// that recorded NCCL's all-reduce references the communicator, and finalizing the communicator
+// waits until every such graph is gone), so the captured steps go first, then each device
+// finishes its queued work, then the collective. Destroyed while a failure unwinds the stack,
+// the collective is aborted first: the other ranks may never match the work already queued, and
+// neither the device wait nor the collective's finalize may wait for them.
 Trainer::~Trainer() {
+  if (collective_ && std::uncaught_exceptions() > 0) collective_->abort();
   for (auto& r : replicas_) r->captured.reset();
   for (auto& r : replicas_) {
     try {
       r->device->synchronize();
-    } catch (...) {  // a failed run's error was reported already; tear down anyway
+    } catch (const std::exception& e) {  // a destructor reports, never throws
+      std::fprintf(stderr, "trident: warning: %s: %s\n", r->device->info().id().c_str(), e.what());
     }
   }
   collective_.reset();
@@ -391,6 +399,7 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
   const double start = now_seconds();
   double last_report = start;
   for (int64_t s = 0; s < steps; ++s) {
+    collective_->begin_step(global_step_ + 1);  // for the watchdog and its messages
     run_step(s);
     ++global_step_;
     const double t = now_seconds();

@@ -1,8 +1,9 @@
 // Data parallelism on CPU devices (TRIDENT_CPU_DEVICES=2 gives two oneTBB arenas): the collective
 // itself, device-list errors, checkpoints moving between device counts, and the trainer's
-// multi-process hooks (two "processes" simulated by two threads sharing a collective), and the
+// multi-process hooks (two "processes" simulated by two threads sharing a collective), the
 // bucketed gradient sums overlapping backward (through a host-staged collective that claims to
-// overlap). The N-device equivalence and model-averaging checks live in conformance_training.cpp.
+// overlap), and teardown and failure paths (tests/fake_collective.h). The N-device equivalence
+// and model-averaging checks live in conformance_training.cpp.
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
@@ -19,6 +20,7 @@
 #include "models/cli.h"
 #include "models/trainer.h"
 #include "models/zoo.h"
+#include "tests/fake_collective.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -663,9 +665,8 @@ TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer 
   }
 }
 
-#ifdef TRIDENT_HAVE_MPI
 TEST_CASE("data parallel: devices are split among the processes of one machine",
-          "[data-parallel][mpi]") {
+          "[data-parallel][launcher]") {
   auto registry = cpu_registry(4);
   const std::vector<Device*> four = registry->all_devices();
   ProcessGroup group;
@@ -673,11 +674,175 @@ TEST_CASE("data parallel: devices are split among the processes of one machine",
   group.rank = 3;
   group.local_size = 2;
   group.local_rank = 1;
-  CHECK(process_devices(four, true, group) == std::vector<Device*>{four[2], four[3]});
-  CHECK(process_devices({four[0], four[1]}, true, group) == std::vector<Device*>{four[1]});
-  CHECK(process_devices({four[0]}, true, group) == std::vector<Device*>{four[0]});  // a shared CPU
-  CHECK_THROWS_AS(process_devices({four[0], four[1], four[2]}, true, group), UsageError);
+  CHECK(split_devices(four, group) == std::vector<Device*>{four[2], four[3]});
+  CHECK(split_devices({four[0], four[1]}, group) == std::vector<Device*>{four[1]});
+  CHECK(split_devices({four[0]}, group) == std::vector<Device*>{four[0]});  // a shared CPU
+  CHECK_THROWS_AS(split_devices({four[0], four[1], four[2]}, group), UsageError);
   ProcessGroup alone;
-  CHECK(process_devices(four, true, alone) == four);
+  CHECK(split_devices(four, alone) == four);
 }
-#endif
+
+// A trainer of one local device in a "job" of two processes (the other a mirror of this one),
+// with a collective that checks the teardown order, on a CPU device that captures steps.
+struct TeardownRig {
+  explicit TeardownRig(const std::string& model) : device(0) {
+    options = small_options(model);
+    options.process_count = 2;
+    options.collective = [this](const std::vector<Device*>& devices) {
+      return std::unique_ptr<Collective>(
+          new trident::testing::TeardownCheckingCollective(devices, 2, report));
+    };
+  }
+  trident::testing::CapturingCpuDevice device;
+  trident::testing::TeardownReport report;
+  TestOptions options;
+};
+
+TEST_CASE("data parallel: captured steps are released before the collective they hold",
+          "[data-parallel][teardown]") {
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      TeardownRig rig(model);
+      {
+        Trainer trainer({&rig.device}, model_of(rig.options), data, rig.options);
+        trainer.train_epoch();
+        // The second step was captured with its all-reduce inside, as on a GPU under mpirun.
+        REQUIRE(rig.device.captures == 1);
+        REQUIRE(rig.report.recorded_sums == 1);
+        CHECK_FALSE(rig.report.destroyed);
+      }
+      CHECK(rig.report.destroyed);
+      CHECK(rig.report.recordings_alive_at_destruction == 0);  // NCCL's finalize would hang
+      CHECK_FALSE(rig.report.aborted);  // an orderly end finalizes; it does not abort
+      CHECK_FALSE(rig.report.finalize_would_hang());
+    }
+  }
+}
+
+TEST_CASE("data parallel: a trainer unwinding from a failure aborts its collective first",
+          "[data-parallel][teardown]") {
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  for (const int64_t failing_step : {int64_t(1), int64_t(3)}) {  // before and after the capture
+    DYNAMIC_SECTION("a failure at step " << failing_step) {
+      TeardownRig rig("mlp");
+      try {
+        Trainer trainer({&rig.device}, model_of(rig.options), data, rig.options);
+        trainer.train_epoch(
+            [&](const Progress&) {
+              if (trainer.global_step() < failing_step) return;
+              rig.report.peers_gone = true;  // and the other ranks will never match anything
+              throw Error("simulated failure");
+            },
+            0.0);
+        FAIL("the failure did not propagate");
+      } catch (const Error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("simulated failure"));
+      }
+      CHECK(rig.report.destroyed);
+      CHECK(rig.report.aborted);  // before its destruction: nothing may wait for the peers
+      CHECK(rig.report.recordings_alive_at_destruction == 0);
+      CHECK_FALSE(rig.report.finalize_would_hang());
+    }
+  }
+}
+
+TEST_CASE("data parallel: a backend's multi-process collective is chosen through its hook",
+          "[data-parallel][collective]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  static int first_rank_seen = -1, total_ranks_seen = -1;
+  static std::string bootstrap_seen;
+  register_process_collective_factory(
+      "cpu", [](const std::vector<Device*>& devices, const BroadcastFromFirst& broadcast,
+                int first_rank, int total_ranks) {
+        std::string bytes = first_rank == 0 ? "made by the first process" : "";
+        broadcast(bytes);
+        bootstrap_seen = bytes;
+        first_rank_seen = first_rank;
+        total_ranks_seen = total_ranks;
+        return make_host_staged_collective(devices);
+      });
+  // One process of a job of three, the second: its devices are ranks 2 and 3 of 6. The other
+  // processes' values enter through the channel's minima.
+  std::vector<int64_t> others;  // what the other processes contribute to each minimum
+  ProcessChannel channel;
+  channel.rank = 1;
+  channel.size = 3;
+  channel.min_over_processes = [&](const std::vector<int64_t>& mine) {
+    std::vector<int64_t> least = mine;
+    for (size_t i = 0; i < least.size() && i < others.size(); ++i)
+      least[i] = std::min(least[i], others[i]);
+    return least;
+  };
+  channel.broadcast_from_first = [](std::string& bytes) { bytes = "the first process's id"; };
+  int fallbacks = 0;
+  auto fallback = [&](const std::vector<Device*>& devices) {
+    ++fallbacks;
+    return make_host_staged_collective(devices);
+  };
+  SECTION("every process agrees: the backend's own") {
+    make_process_collective(pair, channel, true, fallback);
+    CHECK(fallbacks == 0);
+    CHECK(first_rank_seen == 2);
+    CHECK(total_ranks_seen == 6);
+    CHECK(bootstrap_seen == "the first process's id");
+  }
+  SECTION("turned off here (TRIDENT_MPI_NCCL=0), or somewhere else: host staging") {
+    make_process_collective(pair, channel, false, fallback);
+    others = {2, -2, 0, INT64_MAX, INT64_MAX};  // another process turned it off
+    make_process_collective(pair, channel, true, fallback);
+    CHECK(fallbacks == 2);
+  }
+  SECTION("another process on another backend: host staging") {
+    others = {2, -2, 1, 0, INT64_MAX};  // a different (smaller) backend id somewhere
+    make_process_collective(pair, channel, true, fallback);
+    CHECK(fallbacks == 1);
+  }
+  SECTION("device counts differ: an error naming them") {
+    others = {1, -2, 1, INT64_MAX, INT64_MAX};
+    CHECK_THROWS_WITH(make_process_collective(pair, channel, true, fallback),
+                      Catch::Contains("same number of devices") &&
+                          Catch::Contains("between 1 and 2"));
+  }
+  register_process_collective_factory("cpu", nullptr);
+}
+
+TEST_CASE("data parallel: a blocking collective call past its deadline is reported",
+          "[data-parallel][timeout]") {
+  std::mutex mutex;
+  std::vector<std::string> reports;
+  set_collective_failure_handler([&](const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    reports.push_back(message);
+  });
+  {
+    CollectiveDeadline quick(5.0, "a quick init");
+  }
+  {
+    CollectiveDeadline slow(0.05, "init waited for rank 1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  {
+    CollectiveDeadline unlimited(0.0, "no limit");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  set_collective_failure_handler(nullptr);
+  std::lock_guard<std::mutex> lock(mutex);
+  REQUIRE(reports.size() == 1);
+  CHECK_THAT(reports[0], Catch::Contains("init waited for rank 1") &&
+                             Catch::Contains("TRIDENT_COLLECTIVE_TIMEOUT_S="));
+}
+
+TEST_CASE("data parallel: TRIDENT_COLLECTIVE_TIMEOUT_S", "[data-parallel][timeout]") {
+  {
+    ScopedEnv unset("TRIDENT_COLLECTIVE_TIMEOUT_S", "");
+    CHECK(collective_timeout_seconds() == 600.0);
+  }
+  {
+    ScopedEnv five("TRIDENT_COLLECTIVE_TIMEOUT_S", "5");
+    CHECK(collective_timeout_seconds() == 5.0);
+  }
+  ScopedEnv bad("TRIDENT_COLLECTIVE_TIMEOUT_S", "soon");
+  CHECK_THROWS_WITH(collective_timeout_seconds(), Catch::Contains("TRIDENT_COLLECTIVE_TIMEOUT_S"));
+}

@@ -10,7 +10,8 @@
 
 namespace trident {
 
-class CpuDevice final : public Device {
+// Not final: tests derive a fake that captures steps (tests/fake_collective.h).
+class CpuDevice : public Device {
  public:
   // `threads` worker slots in this device's arena; `index` its position in the cpu backend.
   CpuDevice(int index, int threads, const std::string& cpu_name);
