@@ -2,6 +2,7 @@
 #include "core/registry.h"
 
 #include <algorithm>
+#include <mutex>
 #include <sstream>
 
 #include "core/env.h"
@@ -9,11 +10,61 @@
 
 namespace trident {
 
+std::vector<int> DiscoveryScope::devices_to_open(const std::string& backend, int count) const {
+  std::vector<int> all;
+  for (int i = 0; i < count; ++i) all.push_back(i);
+  if (!limited) return all;
+  auto it = only.find(backend);
+  if (it != only.end()) {
+    if (std::find(it->second.begin(), it->second.end(), kAll) != it->second.end()) return all;
+    std::vector<int> chosen;
+    for (int i : all)
+      if (std::find(it->second.begin(), it->second.end(), i) != it->second.end())
+        chosen.push_back(i);
+    return chosen;
+  }
+  if (listed) return {};
+  if (count >= local_size) return {local_rank};
+  return all;
+}
+
+std::string DiscoveryScope::describe() const {
+  if (!limited) return "this process opens every device";
+  std::string share;
+  for (const auto& [backend, numbers] : only)
+    for (int n : numbers)
+      share += (share.empty() ? "" : ",") + backend + ":" + (n == kAll ? "all" : std::to_string(n));
+  if (!listed)
+    share += std::string(share.empty() ? "" : "; ") + "device " + std::to_string(local_rank) +
+             " of each backend that has one per process";
+  return "this process opens only its share (process " + std::to_string(local_rank) + " of " +
+         std::to_string(local_size) + " on this machine: " + share + ")";
+}
+
+namespace {
+std::mutex global_scope_mutex;
+DiscoveryScope global_scope;
+bool global_built = false;
+}  // namespace
+
+bool DeviceRegistry::limit_global_discovery(const DiscoveryScope& scope) {
+  std::lock_guard<std::mutex> lock(global_scope_mutex);
+  if (global_built) return false;
+  global_scope = scope;
+  return true;
+}
+
 DeviceRegistry& DeviceRegistry::global() {
   static DeviceRegistry* registry = [] {
-    auto* r = new DeviceRegistry();  // intentionally never deleted: see the header
-    register_builtin_backends(*r);
-    return r;
+    DiscoveryScope scope;
+    {
+      std::lock_guard<std::mutex> lock(global_scope_mutex);
+      global_built = true;
+      scope = global_scope;
+    }
+    auto r = std::make_unique<DeviceRegistry>(scope);  // released below, never deleted: see the header
+    register_builtin_backends(*r);  // may throw a UsageError (a bad TRIDENT_* variable)
+    return r.release();
   }();
   return *registry;
 }
@@ -21,8 +72,23 @@ DeviceRegistry& DeviceRegistry::global() {
 void DeviceRegistry::add_backend(std::unique_ptr<Backend> backend) {
   BackendEntry entry;
   entry.name = backend->name();
+  // Under a launcher without a device list each process trains on a device of the default
+  // backend alone: TRIDENT_BACKEND's, else the first with devices (registration order: CUDA,
+  // then OpenCL), so any other backend opens nothing.
+  DiscoveryScope scope = scope_;
+  if (scope.limited && !scope.listed) {
+    bool earlier_found = false;
+    for (const auto& b : backends_) earlier_found = earlier_found || !b.devices.empty();
+    const auto chosen = env_string("TRIDENT_BACKEND");
+    if (chosen ? *chosen != entry.name : earlier_found) {
+      scope.listed = true;  // and named in no list: nothing
+      scope.only.clear();
+    }
+  }
   try {
-    entry.devices = backend->discover(entry.why_none);
+    entry.devices = backend->discover_in_scope(scope, entry.why_none);
+  } catch (const UsageError&) {
+    throw;  // a wrong TRIDENT_* setting: say which, not "no device available" with it in a list
   } catch (const std::exception& e) {
     entry.devices.clear();
     entry.why_none = e.what();
@@ -52,6 +118,7 @@ std::string DeviceRegistry::describe() const {
     for (const auto& d : b.devices) out << "\n  " << d->info().id() << "  " << d->info().name;
     out << "\n";
   }
+  if (scope_.limited) out << "(" << scope_.describe() << ")\n";
   return out.str();
 }
 
@@ -76,14 +143,16 @@ Device& DeviceRegistry::device(const std::string& spec) const {
   }
   if (colon == std::string::npos) return backend_default(*entry);
   const std::string index_text = spec.substr(colon + 1);
-  const bool numeric = !index_text.empty() &&
+  const bool numeric = !index_text.empty() && index_text.size() <= 6 &&
                        std::all_of(index_text.begin(), index_text.end(), ::isdigit);
-  if (!numeric || index_text.size() > 6 || std::stoul(index_text) >= entry->devices.size())
-    throw DeviceNotFound("no device '" + spec + "': backend '" + backend + "' has " +
-                         std::to_string(entry->devices.size()) + " device(s)" +
-                         (entry->devices.empty() ? " (" + entry->why_none + ")" : "") +
-                         ".\nAvailable:\n" + describe());
-  return *entry->devices[std::stoul(index_text)];
+  if (numeric)  // the device's own number: in a limited scope, not its position in the list
+    for (const auto& d : entry->devices)
+      if (d->info().index == std::stoi(index_text)) return *d;
+  throw DeviceNotFound("no device '" + spec + "': backend '" + backend + "' has " +
+                       std::to_string(entry->devices.size()) + " device(s)" +
+                       (entry->devices.empty() ? " (" + entry->why_none + ")" : "") +
+                       (scope_.limited ? "; " + scope_.describe() : std::string()) +
+                       ".\nAvailable:\n" + describe());
 }
 
 std::vector<Device*> DeviceRegistry::device_list(const std::string& list) const {

@@ -69,15 +69,70 @@ for stage in "$@"; do
         done
       done ;;
     multi)
-      "$BIN/trident_tests" "[data-parallel]" 2>&1 | tail -n 20
-      train dp1 cuda mlp 2 --devices cuda:0
-      train dp2 cuda mlp 2 --devices cuda:0,cuda:1
-      train dp2_cnn cuda cnn 2 --devices cuda:all
-      echo "== mpirun"
-      mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x TRIDENT_DATA -x LD_LIBRARY_PATH \
-        "$BIN/trident" train --model mlp --epochs 2 --json 2>&1 | tail -n 4
-      python3 bench/run_bench.py --bench "$BIN/trident_bench" --scaling --devices cuda:all \
-        --results-dir "$OUT" 2>&1 | tail -n 30 ;;
+      # Data parallelism on this machine's GPUs. Every step runs under `timeout` (a hang is a
+      # failure, not a stuck job); what ran, its exit status and time, and the loss comparisons
+      # go to $OUT/multi_summary.txt. 2-GPU runs (one process, and mpirun -np 2) must reach the
+      # 1-GPU losses at the same global batch. With one GPU, what can be checked is checked: two
+      # ranks sharing it must end promptly with NCCL's error, not hang.
+      summary="$OUT/multi_summary.txt"
+      : > "$summary"
+      record() { echo "$*" | tee -a "$summary"; }
+      run_step() {  # run_step NAME SECONDS COMMAND...
+        local name=$1 limit=$2; shift 2
+        local start=$SECONDS rc=0
+        record "== $name: $*"
+        timeout --kill-after=10 "$limit" "$@" > "$OUT/multi_$name.log" 2>&1 || rc=$?
+        record "   rc $rc after $((SECONDS - start)) s$([ "$rc" -eq 124 ] && echo ' (TIMED OUT)')"
+        tail -n 3 "$OUT/multi_$name.log"
+        return 0
+      }
+      # compare NAME_A NAME_B: the last epoch's losses of two runs (JSON lines in their logs).
+      compare() {
+        local a b
+        a=$(grep '^{' "$OUT/multi_$1.log" | tail -n 1)
+        b=$(grep '^{' "$OUT/multi_$2.log" | tail -n 1)
+        if [ -z "$a" ] || [ -z "$b" ]; then
+          record "   compare $1 / $2: FAIL (no result from one of them)"
+          return 0
+        fi
+        python3 - "$1" "$a" "$2" "$b" <<'PY' | tee -a "$summary"
+import json, sys
+na, a, nb, b = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+worst = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-6) for k in ("train_loss", "test_loss"))
+print("   compare %s / %s: train loss %.6f / %.6f, test loss %.6f / %.6f, relative %.2e: %s"
+      % (na, nb, a["train_loss"], b["train_loss"], a["test_loss"], b["test_loss"], worst,
+         "PASS" if worst <= 2e-3 else "FAIL (more than 2e-3)"))
+PY
+      }
+      gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      record "multi: $gpus GPU(s), $(date -u +%FT%TZ)"
+      launch=(mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x TRIDENT_DATA
+              -x LD_LIBRARY_PATH -x TRIDENT_BACKEND -x TRIDENT_COLLECTIVE_TIMEOUT_S)
+      export TRIDENT_BACKEND=cuda TRIDENT_COLLECTIVE_TIMEOUT_S=120
+      dp=("$BIN/trident" train --epochs 2 --json)
+      run_step tests 1200 "$BIN/trident_tests" "[data-parallel]"
+      run_step dp1_mlp 600 "${dp[@]}" --model mlp --devices cuda:0
+      run_step dp1_cnn 600 "${dp[@]}" --model cnn --devices cuda:0
+      if [ "$gpus" -ge 2 ]; then
+        run_step dp2_mlp 600 "${dp[@]}" --model mlp --devices cuda:0,cuda:1
+        run_step dp2_cnn 600 "${dp[@]}" --model cnn --devices cuda:0,cuda:1
+        # One process per GPU; no list: each rank opens and trains on GPU local_rank alone.
+        run_step mpirun_mlp 600 "${launch[@]}" "${dp[@]}" --model mlp
+        run_step mpirun_cnn 600 "${launch[@]}" "${dp[@]}" --model cnn
+        compare dp2_mlp dp1_mlp; compare dp2_cnn dp1_cnn
+        compare mpirun_mlp dp1_mlp; compare mpirun_cnn dp1_cnn
+        run_step scaling 1200 python3 bench/run_bench.py --bench "$BIN/trident_bench" --scaling \
+          --devices cuda:all --results-dir "$OUT"
+      else
+        record "   one GPU: the 2-GPU runs (one process; mpirun -np 2) and the scaling bench" \
+               "were not run"
+        # Both ranks on cuda:0: NCCL refuses a communicator with a GPU twice; the job must end
+        # at once with that error (the error path aborts), within the timeout.
+        run_step mpirun_shared_gpu 300 "${launch[@]}" "${dp[@]}" --model mlp --devices cuda:0
+        grep -qiE "nccl|duplicate" "$OUT/multi_mpirun_shared_gpu.log" &&
+          record "   mpirun_shared_gpu: ended with an NCCL error, as it must" ||
+          record "   mpirun_shared_gpu: no NCCL error in its log (see multi_mpirun_shared_gpu.log)"
+      fi ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -1,8 +1,9 @@
 // Data parallelism on CPU devices (TRIDENT_CPU_DEVICES=2 gives two oneTBB arenas): the collective
 // itself, device-list errors, checkpoints moving between device counts, and the trainer's
-// multi-process hooks (two "processes" simulated by two threads sharing a collective), and the
+// multi-process hooks (two "processes" simulated by two threads sharing a collective), the
 // bucketed gradient sums overlapping backward (through a host-staged collective that claims to
-// overlap). The N-device equivalence and model-averaging checks live in conformance_training.cpp.
+// overlap), and teardown and failure paths (tests/fake_collective.h). The N-device equivalence
+// and model-averaging checks live in conformance_training.cpp.
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
@@ -18,6 +19,8 @@
 #include "core/registry.h"
 #include "models/cli.h"
 #include "models/trainer.h"
+#include "models/zoo.h"
+#include "tests/fake_collective.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -31,9 +34,14 @@ namespace {
 // A registry of `count` CPU devices splitting the cores (its own, not the global one).
 std::unique_ptr<DeviceRegistry> cpu_registry(int count) {
   setenv("TRIDENT_CPU_DEVICES", std::to_string(count).c_str(), 1);
+  // Each CPU device needs a thread of its own: more devices than cores must say so.
+  const bool oversubscribe = !std::getenv("TRIDENT_NUM_THREADS") &&
+                             static_cast<unsigned>(count) > std::thread::hardware_concurrency();
+  if (oversubscribe) setenv("TRIDENT_NUM_THREADS", std::to_string(count).c_str(), 1);
   auto registry = std::make_unique<DeviceRegistry>();
   registry->add_backend(make_cpu_backend());
   unsetenv("TRIDENT_CPU_DEVICES");
+  if (oversubscribe) unsetenv("TRIDENT_NUM_THREADS");
   return registry;
 }
 
@@ -51,8 +59,14 @@ double relative_max_error(const std::vector<float>& a, const std::vector<float>&
   return diff / scale;
 }
 
-TrainOptions small_options(const std::string& model) {
-  TrainOptions o;
+// TrainOptions plus the built-in model the test trains.
+struct TestOptions : TrainOptions {
+  std::string model = "mlp";
+};
+ModelFactory model_of(const TestOptions& o) { return find_model(o.model).factory(); }
+
+TestOptions small_options(const std::string& model) {
+  TestOptions o;
   o.model = model;
   o.batch = 100;
   return o;
@@ -148,8 +162,8 @@ struct GroupRun {
   std::vector<std::vector<float>> all_weights;  // every process's
   int reduce_calls = 0;                         // sums across the processes, all counted
 };
-GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, TrainOptions o,
-                            int epochs, const MnistSplits& data, bool capturable,
+GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, TestOptions o,
+                            int epochs, const DatasetSplits& data, bool capturable,
                             bool overlaps = false) {
   ThreadRendezvous rendezvous(processes);
   const size_t per_process = devices.size() / static_cast<size_t>(processes);
@@ -161,7 +175,7 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
   for (int p = 0; p < processes; ++p)
     threads.emplace_back([&, p] {
       try {
-        TrainOptions mine = o;
+        TestOptions mine = o;
         mine.process_count = processes;
         mine.process_rank = p;
         mine.collective = [&](const std::vector<Device*>& local) {
@@ -170,7 +184,7 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
         };
         std::vector<Device*> local(devices.begin() + static_cast<long>(p * per_process),
                                    devices.begin() + static_cast<long>((p + 1) * per_process));
-        Trainer trainer(local, mine, data);
+        Trainer trainer(local, model_of(mine), data, mine);
         for (int e = 0; e < epochs; ++e) losses[size_t(p)].push_back(trainer.train_epoch().train_loss);
         run.all_weights[size_t(p)] = trainer.network().parameters().to_host();
       } catch (...) {
@@ -306,13 +320,13 @@ TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
     return;
   }
   const std::vector<Device*> pair{gpus[0], gpus[1]};
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
-      const TrainOptions o = small_options(model);
-      Trainer one({gpus[0]}, o, data);
+      const TestOptions o = small_options(model);
+      Trainer one({gpus[0]}, model_of(o), data, o);
       const double one_loss = one.train_epoch().train_loss;
-      Trainer two(pair, o, data);
+      Trainer two(pair, model_of(o), data, o);
       // NCCL: gradient buckets summed during backward.
       CHECK(two.overlaps_backward() == overlap_allowed_by_env());
       const double two_loss = two.train_epoch().train_loss;
@@ -338,17 +352,17 @@ TEST_CASE("data parallel: on CUDA devices gradient buckets equal one sum after b
     return;
   }
   const std::vector<Device*> pair{gpus[0], gpus[1]};
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
-      TrainOptions o = small_options(model);
+      TestOptions o = small_options(model);
       o.overlap = false;
-      Trainer once(pair, o, data);
+      Trainer once(pair, model_of(o), data, o);
       REQUIRE_FALSE(once.overlaps_backward());
       const double once_loss = once.train_epoch().train_loss;
       o.overlap = true;
       o.bucket_bytes = 1;  // a bucket per layer with parameters
-      Trainer buckets(pair, o, data);
+      Trainer buckets(pair, model_of(o), data, o);
       REQUIRE(buckets.overlaps_backward());
       const double buckets_loss = buckets.train_epoch().train_loss;
       // Two ranks: every element is a + b either way; only a missed dependency could differ.
@@ -462,14 +476,14 @@ TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the revers
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(600, 100);
+  const DatasetSplits data = trident::testing::small_splits(600, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
-      const TrainOptions o = small_options(model);
+      const TestOptions o = small_options(model);
       const std::string from_two = temp_path(model + "_two.safetensors");
       const std::string from_one = temp_path(model + "_one.safetensors");
       // The uninterrupted reference: 2 epochs on one device.
-      Trainer reference({pair[0]}, o, data);
+      Trainer reference({pair[0]}, model_of(o), data, o);
       reference.train_epoch();
       reference.save_checkpoint(from_one);
       reference.train_epoch();
@@ -477,11 +491,11 @@ TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the revers
 
       // 1 epoch on 2 devices, saved; resumed on 1 device for the second epoch.
       {
-        Trainer two(pair, o, data);
+        Trainer two(pair, model_of(o), data, o);
         two.train_epoch();
         two.save_checkpoint(from_two);
       }
-      Trainer resumed_on_one({pair[1]}, o, data);
+      Trainer resumed_on_one({pair[1]}, model_of(o), data, o);
       resumed_on_one.load_checkpoint(from_two);
       CHECK(resumed_on_one.epochs_done() == 1);
       CHECK(resumed_on_one.global_step() == 6);
@@ -489,7 +503,7 @@ TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the revers
       CHECK(relative_max_error(resumed_on_one.network().parameters().to_host(), want) < 1e-4);
 
       // 1 epoch on 1 device, resumed on 2 devices: both replicas get the weights and momentum.
-      Trainer resumed_on_two(pair, o, data);
+      Trainer resumed_on_two(pair, model_of(o), data, o);
       resumed_on_two.load_checkpoint(from_one);
       resumed_on_two.train_epoch();
       CHECK(relative_max_error(resumed_on_two.network().parameters().to_host(), want) < 1e-4);
@@ -504,13 +518,13 @@ TEST_CASE("data parallel: two processes of one device each equal one device (tra
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     for (const bool capturable : {false, true}) {
       DYNAMIC_SECTION(model << (capturable ? ", all-reduce inside the recorded step"
                                            : ", all-reduce between steps")) {
-        const TrainOptions o = small_options(model);
-        Trainer one({pair[0]}, o, data);
+        const TestOptions o = small_options(model);
+        Trainer one({pair[0]}, model_of(o), data, o);
         std::vector<double> one_losses;
         for (int e = 0; e < 2; ++e) one_losses.push_back(one.train_epoch().train_loss);
         const GroupRun two = train_as_processes(pair, 2, o, 2, data, capturable);
@@ -528,10 +542,10 @@ TEST_CASE("data parallel: two processes of two devices each, and averaging acros
   auto registry = cpu_registry(4);
   const std::vector<Device*> four = registry->all_devices();
   REQUIRE(four.size() == 4);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
-  TrainOptions o = small_options("mlp");
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
+  TestOptions o = small_options("mlp");
   o.optimizer.momentum = 0.0f;
-  Trainer one({four[0]}, o, data);
+  Trainer one({four[0]}, model_of(o), data, o);
   one.train_epoch();
   const std::vector<float> want = one.network().parameters().to_host();
   const GroupRun reduce = train_as_processes(four, 2, o, 1, data, false);
@@ -552,14 +566,14 @@ TEST_CASE("data parallel: gradient sums started in buckets during backward equal
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   // (model, layers with parameters): a bucket per such layer when buckets are tiny.
   for (const auto& [model, parameter_layers] :
        std::vector<std::pair<std::string, size_t>>{{"mlp", 2}, {"cnn", 4}}) {
     for (const int64_t bucket_bytes : {int64_t(1), int64_t(1) << 30}) {
       DYNAMIC_SECTION(model << ", buckets of " << bucket_bytes << " bytes or more") {
-        TrainOptions o = small_options(model);
-        Trainer plain(pair, o, data);  // host staging: one sum after backward, a thread per device
+        TestOptions o = small_options(model);
+        Trainer plain(pair, model_of(o), data, o);  // host staging: one sum after backward, a thread per device
         CHECK_FALSE(plain.overlaps_backward());
         std::vector<double> plain_losses;
         for (int e = 0; e < 2; ++e) plain_losses.push_back(plain.train_epoch().train_loss);
@@ -571,7 +585,7 @@ TEST_CASE("data parallel: gradient sums started in buckets during backward equal
           recorder = made.get();
           return std::unique_ptr<Collective>(std::move(made));
         };
-        Trainer bucketed(pair, o, data);
+        Trainer bucketed(pair, model_of(o), data, o);
         REQUIRE(bucketed.overlaps_backward());
         std::vector<double> bucketed_losses;
         for (int e = 0; e < 2; ++e) bucketed_losses.push_back(bucketed.train_epoch().train_loss);
@@ -607,24 +621,24 @@ TEST_CASE("data parallel: the bucketed sum can be turned off, and needs the per-
           "[data-parallel][overlap]") {
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
-  const MnistSplits data = trident::testing::small_splits(400, 100);
-  TrainOptions o = small_options("mlp");
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  TestOptions o = small_options("mlp");
   o.collective = [](const std::vector<Device*>& devices) {
     return std::unique_ptr<Collective>(new RecordingBucketCollective(devices));
   };
   {
     ScopedEnv env_on("TRIDENT_OVERLAP", "1");
-    CHECK(Trainer(pair, o, data).overlaps_backward());
+    CHECK(Trainer(pair, model_of(o), data, o).overlaps_backward());
   }
-  CHECK_FALSE(Trainer({pair[0]}, o, data).overlaps_backward());  // nothing to sum
-  TrainOptions off = o;
+  CHECK_FALSE(Trainer({pair[0]}, model_of(o), data, o).overlaps_backward());  // nothing to sum
+  TestOptions off = o;
   off.overlap = false;
-  CHECK_FALSE(Trainer(pair, off, data).overlaps_backward());
-  TrainOptions averaging = o;
+  CHECK_FALSE(Trainer(pair, model_of(off), data, off).overlaps_backward());
+  TestOptions averaging = o;
   averaging.average_every = 2;
-  CHECK_FALSE(Trainer(pair, averaging, data).overlaps_backward());
+  CHECK_FALSE(Trainer(pair, model_of(averaging), data, averaging).overlaps_backward());
   ScopedEnv env_off("TRIDENT_OVERLAP", "0");
-  CHECK_FALSE(Trainer(pair, o, data).overlaps_backward());
+  CHECK_FALSE(Trainer(pair, model_of(o), data, o).overlaps_backward());
 }
 
 TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer hooks)",
@@ -633,12 +647,12 @@ TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer 
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     for (const bool capturable : {false, true}) {
       DYNAMIC_SECTION(model << (capturable ? ", buckets inside the recorded step"
                                            : ", buckets in an eager step")) {
-        TrainOptions o = small_options(model);
+        TestOptions o = small_options(model);
         o.bucket_bytes = 1;  // a bucket per layer with parameters
         const GroupRun once = train_as_processes(pair, 2, o, 2, data, capturable, false);
         const GroupRun buckets = train_as_processes(pair, 2, o, 2, data, capturable, true);
@@ -651,9 +665,8 @@ TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer 
   }
 }
 
-#ifdef TRIDENT_HAVE_MPI
 TEST_CASE("data parallel: devices are split among the processes of one machine",
-          "[data-parallel][mpi]") {
+          "[data-parallel][launcher]") {
   auto registry = cpu_registry(4);
   const std::vector<Device*> four = registry->all_devices();
   ProcessGroup group;
@@ -661,11 +674,175 @@ TEST_CASE("data parallel: devices are split among the processes of one machine",
   group.rank = 3;
   group.local_size = 2;
   group.local_rank = 1;
-  CHECK(process_devices(four, true, group) == std::vector<Device*>{four[2], four[3]});
-  CHECK(process_devices({four[0], four[1]}, true, group) == std::vector<Device*>{four[1]});
-  CHECK(process_devices({four[0]}, true, group) == std::vector<Device*>{four[0]});  // a shared CPU
-  CHECK_THROWS_AS(process_devices({four[0], four[1], four[2]}, true, group), UsageError);
+  CHECK(split_devices(four, group) == std::vector<Device*>{four[2], four[3]});
+  CHECK(split_devices({four[0], four[1]}, group) == std::vector<Device*>{four[1]});
+  CHECK(split_devices({four[0]}, group) == std::vector<Device*>{four[0]});  // a shared CPU
+  CHECK_THROWS_AS(split_devices({four[0], four[1], four[2]}, group), UsageError);
   ProcessGroup alone;
-  CHECK(process_devices(four, true, alone) == four);
+  CHECK(split_devices(four, alone) == four);
 }
-#endif
+
+// A trainer of one local device in a "job" of two processes (the other a mirror of this one),
+// with a collective that checks the teardown order, on a CPU device that captures steps.
+struct TeardownRig {
+  explicit TeardownRig(const std::string& model) : device(0) {
+    options = small_options(model);
+    options.process_count = 2;
+    options.collective = [this](const std::vector<Device*>& devices) {
+      return std::unique_ptr<Collective>(
+          new trident::testing::TeardownCheckingCollective(devices, 2, report));
+    };
+  }
+  trident::testing::CapturingCpuDevice device;
+  trident::testing::TeardownReport report;
+  TestOptions options;
+};
+
+TEST_CASE("data parallel: captured steps are released before the collective they hold",
+          "[data-parallel][teardown]") {
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      TeardownRig rig(model);
+      {
+        Trainer trainer({&rig.device}, model_of(rig.options), data, rig.options);
+        trainer.train_epoch();
+        // The second step was captured with its all-reduce inside, as on a GPU under mpirun.
+        REQUIRE(rig.device.captures == 1);
+        REQUIRE(rig.report.recorded_sums == 1);
+        CHECK_FALSE(rig.report.destroyed);
+      }
+      CHECK(rig.report.destroyed);
+      CHECK(rig.report.recordings_alive_at_destruction == 0);  // NCCL's finalize would hang
+      CHECK_FALSE(rig.report.aborted);  // an orderly end finalizes; it does not abort
+      CHECK_FALSE(rig.report.finalize_would_hang());
+    }
+  }
+}
+
+TEST_CASE("data parallel: a trainer unwinding from a failure aborts its collective first",
+          "[data-parallel][teardown]") {
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  for (const int64_t failing_step : {int64_t(1), int64_t(3)}) {  // before and after the capture
+    DYNAMIC_SECTION("a failure at step " << failing_step) {
+      TeardownRig rig("mlp");
+      try {
+        Trainer trainer({&rig.device}, model_of(rig.options), data, rig.options);
+        trainer.train_epoch(
+            [&](const Progress&) {
+              if (trainer.global_step() < failing_step) return;
+              rig.report.peers_gone = true;  // and the other ranks will never match anything
+              throw Error("simulated failure");
+            },
+            0.0);
+        FAIL("the failure did not propagate");
+      } catch (const Error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("simulated failure"));
+      }
+      CHECK(rig.report.destroyed);
+      CHECK(rig.report.aborted);  // before its destruction: nothing may wait for the peers
+      CHECK(rig.report.recordings_alive_at_destruction == 0);
+      CHECK_FALSE(rig.report.finalize_would_hang());
+    }
+  }
+}
+
+TEST_CASE("data parallel: a backend's multi-process collective is chosen through its hook",
+          "[data-parallel][collective]") {
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  static int first_rank_seen = -1, total_ranks_seen = -1;
+  static std::string bootstrap_seen;
+  register_process_collective_factory(
+      "cpu", [](const std::vector<Device*>& devices, const BroadcastFromFirst& broadcast,
+                int first_rank, int total_ranks) {
+        std::string bytes = first_rank == 0 ? "made by the first process" : "";
+        broadcast(bytes);
+        bootstrap_seen = bytes;
+        first_rank_seen = first_rank;
+        total_ranks_seen = total_ranks;
+        return make_host_staged_collective(devices);
+      });
+  // One process of a job of three, the second: its devices are ranks 2 and 3 of 6. The other
+  // processes' values enter through the channel's minima.
+  std::vector<int64_t> others;  // what the other processes contribute to each minimum
+  ProcessChannel channel;
+  channel.rank = 1;
+  channel.size = 3;
+  channel.min_over_processes = [&](const std::vector<int64_t>& mine) {
+    std::vector<int64_t> least = mine;
+    for (size_t i = 0; i < least.size() && i < others.size(); ++i)
+      least[i] = std::min(least[i], others[i]);
+    return least;
+  };
+  channel.broadcast_from_first = [](std::string& bytes) { bytes = "the first process's id"; };
+  int fallbacks = 0;
+  auto fallback = [&](const std::vector<Device*>& devices) {
+    ++fallbacks;
+    return make_host_staged_collective(devices);
+  };
+  SECTION("every process agrees: the backend's own") {
+    make_process_collective(pair, channel, true, fallback);
+    CHECK(fallbacks == 0);
+    CHECK(first_rank_seen == 2);
+    CHECK(total_ranks_seen == 6);
+    CHECK(bootstrap_seen == "the first process's id");
+  }
+  SECTION("turned off here (TRIDENT_MPI_NCCL=0), or somewhere else: host staging") {
+    make_process_collective(pair, channel, false, fallback);
+    others = {2, -2, 0, INT64_MAX, INT64_MAX};  // another process turned it off
+    make_process_collective(pair, channel, true, fallback);
+    CHECK(fallbacks == 2);
+  }
+  SECTION("another process on another backend: host staging") {
+    others = {2, -2, 1, 0, INT64_MAX};  // a different (smaller) backend id somewhere
+    make_process_collective(pair, channel, true, fallback);
+    CHECK(fallbacks == 1);
+  }
+  SECTION("device counts differ: an error naming them") {
+    others = {1, -2, 1, INT64_MAX, INT64_MAX};
+    CHECK_THROWS_WITH(make_process_collective(pair, channel, true, fallback),
+                      Catch::Contains("same number of devices") &&
+                          Catch::Contains("between 1 and 2"));
+  }
+  register_process_collective_factory("cpu", nullptr);
+}
+
+TEST_CASE("data parallel: a blocking collective call past its deadline is reported",
+          "[data-parallel][timeout]") {
+  std::mutex mutex;
+  std::vector<std::string> reports;
+  set_collective_failure_handler([&](const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    reports.push_back(message);
+  });
+  {
+    CollectiveDeadline quick(5.0, "a quick init");
+  }
+  {
+    CollectiveDeadline slow(0.05, "init waited for rank 1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  {
+    CollectiveDeadline unlimited(0.0, "no limit");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  set_collective_failure_handler(nullptr);
+  std::lock_guard<std::mutex> lock(mutex);
+  REQUIRE(reports.size() == 1);
+  CHECK_THAT(reports[0], Catch::Contains("init waited for rank 1") &&
+                             Catch::Contains("TRIDENT_COLLECTIVE_TIMEOUT_S="));
+}
+
+TEST_CASE("data parallel: TRIDENT_COLLECTIVE_TIMEOUT_S", "[data-parallel][timeout]") {
+  {
+    ScopedEnv unset("TRIDENT_COLLECTIVE_TIMEOUT_S", "");
+    CHECK(collective_timeout_seconds() == 600.0);
+  }
+  {
+    ScopedEnv five("TRIDENT_COLLECTIVE_TIMEOUT_S", "5");
+    CHECK(collective_timeout_seconds() == 5.0);
+  }
+  ScopedEnv bad("TRIDENT_COLLECTIVE_TIMEOUT_S", "soon");
+  CHECK_THROWS_WITH(collective_timeout_seconds(), Catch::Contains("TRIDENT_COLLECTIVE_TIMEOUT_S"));
+}

@@ -10,13 +10,15 @@
 
 namespace trident {
 
-class CpuDevice final : public Device {
+// Not final: tests derive a fake that captures steps (tests/fake_collective.h).
+class CpuDevice : public Device {
  public:
   // `threads` worker slots in this device's arena; `index` its position in the cpu backend.
   CpuDevice(int index, int threads, const std::string& cpu_name);
   ~CpuDevice() override;
 
   const DeviceInfo& info() const override { return info_; }
+  const void* memory_space() const override;  // the host's: every CPU device shares it
   int threads() const { return threads_; }
 
  protected:

@@ -36,6 +36,13 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
 
   std::vector<std::unique_ptr<Device>> discover(std::string& why_none) override {
+    return discover_in_scope(DiscoveryScope{}, why_none);
+  }
+
+  // Counting and describing GPUs creates no context; a CudaDevice does (stream, cuBLAS handles,
+  // workspace), so only the GPUs in `scope` become one.
+  std::vector<std::unique_ptr<Device>> discover_in_scope(const DiscoveryScope& scope,
+                                                         std::string& why_none) override {
     std::vector<std::unique_ptr<Device>> devices;
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
@@ -53,7 +60,12 @@ class CudaBackend final : public Backend {
     TRIDENT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime), -1);
     const bool tf32 = env_flag("TRIDENT_CUDA_TF32", false);
     std::string failures;
-    for (int ordinal = 0; ordinal < count; ++ordinal) {
+    const std::vector<int> ordinals = scope.devices_to_open("cuda", count);
+    if (ordinals.empty()) {
+      why_none = "none of the " + std::to_string(count) + " GPUs is opened: " + scope.describe();
+      return devices;
+    }
+    for (int ordinal : ordinals) {
       try {
         cudaDeviceProp prop{};
         TRIDENT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal), ordinal);

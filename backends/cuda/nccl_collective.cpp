@@ -1,15 +1,20 @@
 // The NCCL all-reduce for CUDA devices: one communicator per device, the sum queued in place on
 // each device's own stream, so it orders after backward and before the update with no host wait.
+// A watchdog bounds every wait for the other ranks; error paths abort the communicators.
 #include "backends/cuda/nccl_collective.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdio>
+#include <atomic>
 #include <cstring>
+#include <functional>
+#include <mutex>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/nccl_watchdog.h"
 #include "core/error.h"
 
 namespace trident {
@@ -50,26 +55,58 @@ class CurrentDeviceGuard {
   bool saved_ok_ = false;
 };
 
+// ncclCommAbort for every communicator not yet null, once; on error paths and timeouts.
+void abort_communicators(std::vector<ncclComm_t>& comms) {
+  for (ncclComm_t& comm : comms)
+    if (comm) {
+      const ncclResult_t result = ncclCommAbort(comm);
+      if (result != ncclSuccess)
+        std::fprintf(stderr, "trident: warning: ncclCommAbort failed: %s\n",
+                     ncclGetErrorString(result));
+      comm = nullptr;
+    }
+}
+
 class NcclCollective : public Collective {
  public:
-  // comms[i] belongs to devices[i]; `ranks` is the communicators' size (all processes).
-  NcclCollective(std::vector<CudaDevice*> devices, std::vector<ncclComm_t> comms, int ranks)
+  // comms[i] belongs to devices[i], rank first_rank + i of `ranks` (all processes).
+  NcclCollective(std::vector<CudaDevice*> devices, std::vector<ncclComm_t> comms, int first_rank,
+                 int ranks)
       : devices_(std::move(devices)), comms_(std::move(comms)), ranks_(ranks),
-        names_(device_ids(devices_)) {}
+        names_(device_ids(devices_)), timeout_s_(collective_timeout_seconds()) {
+    const int last = first_rank + static_cast<int>(devices_.size()) - 1;
+    const std::string who = (first_rank == last ? "rank " + std::to_string(first_rank)
+                                                : "ranks " + std::to_string(first_rank) + "-" +
+                                                      std::to_string(last)) +
+                            " of " + std::to_string(ranks) + " on " + names_;
+    watchdog_ = std::make_unique<NcclWatchdog>(devices_, comms_, who, timeout_s_,
+                                               [this] { return try_abort(); });
+  }
 
   ~NcclCollective() override {
     // Finalizing waits until every rank's queued work is done, so one thread must finalize all
     // its communicators in one group (one after another would wait on the next forever); then
-    // each is freed locally. A destructor cannot throw: failures are reported.
+    // each is freed locally. The watchdog still watches, and a deadline bounds the wait. A
+    // destructor cannot throw: failures are reported.
     auto report = [&](const char* call, ncclResult_t result) {
       if (result != ncclSuccess)
         std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
                      ncclGetErrorString(result));
     };
-    report("ncclGroupStart", ncclGroupStart());
-    for (ncclComm_t comm : comms_) report("ncclCommFinalize", ncclCommFinalize(comm));
-    report("ncclGroupEnd", ncclGroupEnd());
-    for (ncclComm_t comm : comms_) report("ncclCommDestroy", ncclCommDestroy(comm));
+    {
+      std::lock_guard<std::mutex> lock(nccl_mutex_);
+      if (!aborted_) {
+        CollectiveDeadline deadline(timeout_s_, "ncclCommFinalize on " + names_ +
+                                                    " waited for the other ranks too long");
+        report("ncclGroupStart", ncclGroupStart());
+        for (ncclComm_t comm : comms_) report("ncclCommFinalize", ncclCommFinalize(comm));
+        report("ncclGroupEnd", ncclGroupEnd());
+      }
+    }
+    watchdog_->forget_communicators();
+    watchdog_.reset();
+    if (!aborted_)
+      for (ncclComm_t comm : comms_) report("ncclCommDestroy", ncclCommDestroy(comm));
     auto report_cuda = [&](const char* call, cudaError_t result) {
       if (result != cudaSuccess)
         std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
@@ -89,11 +126,23 @@ class NcclCollective : public Collective {
   }
   bool capturable() const override { return true; }
 
+  void begin_step(int64_t step) override {
+    throw_if_failed();
+    watchdog_->set_step(step);
+    watchdog_->mark();  // the end of the previous step's work (a replayed graph included)
+  }
+
+  void abort() override {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    abort_locked();
+  }
+
   void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
     check_buffers(buffers);
     std::vector<cudaStream_t> compute;
     for (CudaDevice* d : devices_) compute.push_back(d->stream());
     enqueue(buffers, count, compute);
+    watchdog_->mark();  // outside capture: a sum the host may wait for (the epoch's loss)
   }
 
   // Bucketed use, to overlap the sum with the rest of backward. start_all_reduce_sum queues the
@@ -124,34 +173,66 @@ class NcclCollective : public Collective {
       TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->stream(), done_[i], 0), ordinal);
     }
     started_ = false;
+    watchdog_->mark();
   }
 
  private:
   void check_buffers(const std::vector<DeviceMemory>& buffers) const {
+    throw_if_failed();
     if (buffers.size() != devices_.size())
       throw Error("all_reduce_sum: " + std::to_string(buffers.size()) + " buffers for " +
                   std::to_string(devices_.size()) + " devices (" + names_ + ")");
   }
+  void throw_if_failed() const {
+    const std::string failure = watchdog_->failure();
+    if (!failure.empty()) throw CollectiveTimeout(failure);
+    if (aborted_) throw Error("NCCL on " + names_ + ": the communicators were aborted");
+  }
+
+  // Called with nccl_mutex_ held.
+  void abort_locked() {
+    if (aborted_) return;
+    watchdog_->forget_communicators();
+    abort_communicators(comms_);
+    aborted_ = true;
+  }
+  // The watchdog's way in: not while a host call into NCCL holds the communicators (that call
+  // may be the one blocked; the process is then ended without the abort).
+  bool try_abort() {
+    std::unique_lock<std::mutex> lock(nccl_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    abort_locked();
+    return true;
+  }
 
   // The in-place sum of buffers[i] on streams[i]. One thread drives every local device: the
   // calls must form one group, or the first ncclAllReduce would wait for ranks whose call has
-  // not been issued yet.
+  // not been issued yet. A failure leaves the communicators unusable: they are aborted, so
+  // that neither a later finalize nor the other ranks wait on them.
   void enqueue(const std::vector<DeviceMemory>& buffers, int64_t count,
                const std::vector<cudaStream_t>& streams) {
     if (count <= 0) return;
-    TRIDENT_CUDA_CHECK(ncclGroupStart(), -1);
-    for (size_t i = 0; i < devices_.size(); ++i) {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    watchdog_->enter_nccl();
+    ncclResult_t result = ncclGroupStart();
+    int failed_ordinal = -1;
+    for (size_t i = 0; i < devices_.size() && result == ncclSuccess; ++i) {
       float* data = reinterpret_cast<float*>(static_cast<char*>(buffers[i].handle) +
                                              buffers[i].offset);
-      const ncclResult_t queued = ncclAllReduce(data, data, static_cast<size_t>(count),
-                                                ncclFloat32, ncclSum, comms_[i], streams[i]);
-      if (queued != ncclSuccess) {
-        ncclGroupEnd();  // close the group before reporting; its own result adds nothing
-        TRIDENT_CUDA_CHECK(queued, devices_[i]->ordinal());
-      }
+      result = ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum,
+                             comms_[i], streams[i]);
+      if (result != ncclSuccess) failed_ordinal = devices_[i]->ordinal();
     }
     // The group's collectives are launched (or fail) here, on all devices at once.
-    TRIDENT_CUDA_CHECK(ncclGroupEnd(), devices_.front()->ordinal());
+    const ncclResult_t ended = ncclGroupEnd();
+    watchdog_->leave_nccl();
+    if (result == ncclSuccess && ended != ncclSuccess) {
+      result = ended;
+      failed_ordinal = devices_.front()->ordinal();
+    }
+    if (result == ncclSuccess) return;
+    abort_locked();
+    TRIDENT_CUDA_CHECK(result, failed_ordinal);
   }
 
   // A high-priority communication stream and two events per device, made on first bucketed use
@@ -179,67 +260,99 @@ class NcclCollective : public Collective {
   std::vector<ncclComm_t> comms_;
   int ranks_;
   std::string names_;
+  double timeout_s_;
+  std::mutex nccl_mutex_;  // host calls into NCCL, and the abort
+  std::atomic<bool> aborted_{false};  // set under nccl_mutex_; read by any thread
+  std::unique_ptr<NcclWatchdog> watchdog_;
   std::vector<cudaStream_t> side_;        // per device: where bucketed sums run
   std::vector<cudaEvent_t> ready_, done_;  // compute -> side, side -> compute
   bool started_ = false;
 };
 
+// Communicators for `cuda` made by `init` (one ncclCommInitAll, or grouped ncclCommInitRank
+// calls), bounded by the deadline; on failure the ones created are aborted before the throw.
+std::vector<ncclComm_t> init_communicators(const std::vector<CudaDevice*>& cuda,
+                                           const std::function<ncclResult_t(ncclComm_t*)>& init,
+                                           const std::string& what) {
+  std::vector<ncclComm_t> comms(cuda.size(), nullptr);
+  ncclResult_t result = ncclSuccess;
+  {
+    CollectiveDeadline deadline(collective_timeout_seconds(),
+                                what + " on " + device_ids(cuda) + " waited for the other ranks "
+                                "too long (a rank never joined)");
+    result = init(comms.data());
+  }
+  if (result != ncclSuccess) {
+    abort_communicators(comms);
+    TRIDENT_CUDA_CHECK(result, cuda.front()->ordinal());
+  }
+  return comms;
+}
+
 std::unique_ptr<Collective> nccl_factory(const std::vector<Device*>& devices) {
   return make_nccl_collective(devices);
 }
 
+// One rank per device of this process, ranks first_rank ... of total_ranks, joined through the
+// unique id that process 0 creates and broadcast_from_first hands to everyone.
+std::unique_ptr<Collective> nccl_process_factory(const std::vector<Device*>& devices,
+                                                 const BroadcastFromFirst& broadcast_from_first,
+                                                 int first_rank, int total_ranks) {
+  ncclUniqueId id;
+  std::string bytes;
+  if (first_rank == 0) {
+    TRIDENT_CUDA_CHECK(ncclGetUniqueId(&id), -1);
+    bytes.assign(id.internal, sizeof(id.internal));
+  }
+  broadcast_from_first(bytes);  // every process, before anything may throw
+  if (bytes.size() != sizeof(id.internal))
+    throw Error("NCCL unique id of " + std::to_string(bytes.size()) + " bytes, expected " +
+                std::to_string(sizeof(id.internal)));
+  std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  std::vector<CudaDevice*> cuda = as_cuda_devices(devices);
+  if (cuda.empty()) throw Error("NCCL across processes: a device reporting backend 'cuda' is not "
+                                "a CUDA device");
+  std::vector<ncclComm_t> comms = init_communicators(
+      cuda,
+      [&](ncclComm_t* out) {
+        // Several devices of one thread: grouped, each call with its device current.
+        CurrentDeviceGuard restore;
+        ncclResult_t result = ncclGroupStart();
+        for (size_t i = 0; i < cuda.size() && result == ncclSuccess; ++i) {
+          if (cudaSetDevice(cuda[i]->ordinal()) != cudaSuccess) {
+            result = ncclUnhandledCudaError;
+            break;
+          }
+          result = ncclCommInitRank(&out[i], total_ranks, id, first_rank + static_cast<int>(i));
+        }
+        const ncclResult_t ended = ncclGroupEnd();  // blocks until every rank has joined
+        return result != ncclSuccess ? result : ended;
+      },
+      "ncclCommInitRank");
+  return std::make_unique<NcclCollective>(std::move(cuda), std::move(comms), first_rank,
+                                          total_ranks);
+}
+
 }  // namespace
 
-void register_nccl_collective() { register_collective_factory("cuda", &nccl_factory); }
+void register_nccl_collective() {
+  register_collective_factory("cuda", &nccl_factory);
+  register_process_collective_factory("cuda", &nccl_process_factory);
+}
 
 std::unique_ptr<Collective> make_nccl_collective(const std::vector<Device*>& devices) {
   std::vector<CudaDevice*> cuda = as_cuda_devices(devices);
   if (cuda.empty()) return nullptr;
   std::vector<int> ordinals;
   for (const CudaDevice* d : cuda) ordinals.push_back(d->ordinal());
-  std::vector<ncclComm_t> comms(cuda.size(), nullptr);
-  TRIDENT_CUDA_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), ordinals.data()),
-                     ordinals.front());
-  return std::make_unique<NcclCollective>(std::move(cuda), std::move(comms),
-                                          static_cast<int>(ordinals.size()));
-}
-
-std::string nccl_unique_id() {
-  ncclUniqueId id;
-  TRIDENT_CUDA_CHECK(ncclGetUniqueId(&id), -1);
-  return std::string(id.internal, sizeof(id.internal));
-}
-
-std::unique_ptr<Collective> make_nccl_collective(const std::vector<Device*>& devices,
-                                                 const std::string& unique_id, int first_rank,
-                                                 int total_ranks) {
-  std::vector<CudaDevice*> cuda = as_cuda_devices(devices);
-  if (cuda.empty()) return nullptr;
-  ncclUniqueId id;
-  if (unique_id.size() != sizeof(id.internal))
-    throw Error("NCCL unique id of " + std::to_string(unique_id.size()) + " bytes, expected " +
-                std::to_string(sizeof(id.internal)));
-  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
-  std::vector<ncclComm_t> comms(cuda.size(), nullptr);
-  {
-    CurrentDeviceGuard restore;
-    TRIDENT_CUDA_CHECK(ncclGroupStart(), -1);
-    for (size_t i = 0; i < cuda.size(); ++i) {
-      const cudaError_t selected = cudaSetDevice(cuda[i]->ordinal());
-      const ncclResult_t joined =
-          selected == cudaSuccess ? ncclCommInitRank(&comms[i], total_ranks, id,
-                                                     first_rank + static_cast<int>(i))
-                                  : ncclSuccess;
-      if (selected != cudaSuccess || joined != ncclSuccess) {
-        ncclGroupEnd();  // close the group before reporting
-        TRIDENT_CUDA_CHECK(selected, cuda[i]->ordinal());
-        TRIDENT_CUDA_CHECK(joined, cuda[i]->ordinal());
-      }
-    }
-    // Blocks until every rank of every process has joined.
-    TRIDENT_CUDA_CHECK(ncclGroupEnd(), cuda.front()->ordinal());
-  }
-  return std::make_unique<NcclCollective>(std::move(cuda), std::move(comms), total_ranks);
+  std::vector<ncclComm_t> comms = init_communicators(
+      cuda,
+      [&](ncclComm_t* out) {
+        return ncclCommInitAll(out, static_cast<int>(ordinals.size()), ordinals.data());
+      },
+      "ncclCommInitAll");
+  const int ranks = static_cast<int>(ordinals.size());
+  return std::make_unique<NcclCollective>(std::move(cuda), std::move(comms), 0, ranks);
 }
 
 }  // namespace trident

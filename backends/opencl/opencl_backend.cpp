@@ -1,4 +1,5 @@
-// The OpenCL backend's discovery: every device of every platform, numbered 0..n-1 across them.
+// The OpenCL backend's discovery: every device of every platform, numbered 0..n-1 across them
+// (opening only those a DiscoveryScope allows).
 #include <CL/cl.h>
 
 #include <cstdio>
@@ -38,6 +39,13 @@ class OpenClBackend final : public Backend {
   std::string name() const override { return "opencl"; }
 
   std::vector<std::unique_ptr<Device>> discover(std::string& why_none) override {
+    return discover_in_scope(DiscoveryScope{}, why_none);
+  }
+
+  // Listing platforms and devices creates nothing; an OpenClDevice creates a context, queue and
+  // programs, so only the devices in `scope` become one. Numbers count every usable device.
+  std::vector<std::unique_ptr<Device>> discover_in_scope(const DiscoveryScope& scope,
+                                                         std::string& why_none) override {
     std::vector<std::unique_ptr<Device>> devices;
     cl_uint platform_count = 0;
     cl_int status = clGetPlatformIDs(0, nullptr, &platform_count);
@@ -53,6 +61,12 @@ class OpenClBackend final : public Backend {
       why_none = why("clGetPlatformIDs", status);
       return devices;
     }
+    struct Usable {
+      cl_platform_id platform;
+      cl_device_id id;
+      DeviceInfo info;
+    };
+    std::vector<Usable> usable;
     std::vector<std::string> skipped;
     for (cl_platform_id platform : platforms) {
       const std::string platform_name = opencl::platform_string(platform, CL_PLATFORM_NAME);
@@ -71,20 +85,29 @@ class OpenClBackend final : public Backend {
         continue;
       }
       for (cl_device_id id : ids) {
-        DeviceInfo info = describe(platform, id, static_cast<int>(devices.size()));
+        DeviceInfo info = describe(platform, id, static_cast<int>(usable.size()));
         const std::string version = opencl::device_string(id, CL_DEVICE_VERSION);
         if (!at_least_opencl_1_2(version)) {
           skipped.push_back(info.name + ": " + version + " is older than OpenCL 1.2");
           continue;
         }
-        try {
-          devices.push_back(std::make_unique<opencl::OpenClDevice>(platform, id, info));
-        } catch (const std::exception& e) {
-          skipped.push_back(info.name + ": " + e.what());
-        }
+        usable.push_back({platform, id, std::move(info)});
       }
     }
-    if (devices.empty()) {
+    const std::vector<int> chosen =
+        scope.devices_to_open("opencl", static_cast<int>(usable.size()));
+    for (int index : chosen) {
+      const Usable& u = usable[static_cast<size_t>(index)];
+      try {
+        devices.push_back(std::make_unique<opencl::OpenClDevice>(u.platform, u.id, u.info));
+      } catch (const std::exception& e) {
+        skipped.push_back(u.info.name + ": " + e.what());
+      }
+    }
+    if (devices.empty() && !usable.empty() && chosen.empty()) {
+      why_none = "none of the " + std::to_string(usable.size()) + " devices is opened: " +
+                 scope.describe();
+    } else if (devices.empty()) {
       why_none = "no usable OpenCL device";
       for (const std::string& s : skipped) why_none += "; " + s;
     }

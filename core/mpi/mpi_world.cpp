@@ -1,26 +1,19 @@
-// The MPI side of data parallelism: joining the job, splitting the devices among the processes
-// of one machine, and the cross-process all-reduce (host staging + MPI_Allreduce, or NCCL with
-// its unique id broadcast by MPI when every device is a CUDA GPU).
-// The C API is all this file uses; skip the deprecated C++ bindings (and their warnings).
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-
-#include <climits>
+// The MPI side of a job: joining it, waits for the other processes that give up after
+// TRIDENT_COLLECTIVE_TIMEOUT_S, the settings every process must share, ending the whole job
+// after a failure, and the choice of the cross-process collective (through the backends'
+// registered hooks: core includes no backend's header).
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
+#include <thread>
 
 #include "core/env.h"
-#include "core/mpi/process_group.h"
-#include "core/registry.h"
-#ifdef TRIDENT_HAVE_CUDA
-#include "backends/cuda/nccl_collective.h"
-#endif
+#include "core/mpi/mpi_internal.h"
 
-namespace trident {
-namespace {
+namespace trident::mpi {
 
-[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line) {
+void throw_mpi_error(int code, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int length = 0;
   MPI_Error_string(code, text, &length);
@@ -28,19 +21,7 @@ namespace {
                      " at " + file + ":" + std::to_string(line));
 }
 
-#define TRIDENT_MPI_CHECK(call)                                                       \
-  do {                                                                                \
-    const int trident_mpi_code_ = (call);                                             \
-    if (trident_mpi_code_ != MPI_SUCCESS)                                             \
-      throw_mpi_error(trident_mpi_code_, #call, __FILE__, __LINE__);                  \
-  } while (0)
-
-// The job's communicator: a duplicate of MPI_COMM_WORLD whose errors come back as codes (the
-// default handler would abort before a message naming the call could be written).
-struct World {
-  MPI_Comm comm = MPI_COMM_NULL;
-  ProcessGroup group;
-};
+namespace {
 
 void finalize_mpi() {
   int finalized = 0;
@@ -48,13 +29,51 @@ void finalize_mpi() {
   if (!finalized) MPI_Finalize();
 }
 
+std::string process_text(const ProcessGroup& group) {
+  return "process " + std::to_string(group.rank) + " of " + std::to_string(group.size);
+}
+
+// Replaces `bytes` on every process with process 0's (two bounded broadcasts: size, then bytes).
+void broadcast_from_first(std::string& bytes) {
+  World& w = world();
+  const double timeout = collective_timeout_seconds();
+  int64_t size = static_cast<int64_t>(bytes.size());
+  MPI_Request request = MPI_REQUEST_NULL;
+  TRIDENT_MPI_CHECK(MPI_Ibcast(&size, 1, MPI_INT64_T, 0, w.comm, &request));
+  wait_or_time_out(request, timeout, "in the bootstrap broadcast", "before the first step");
+  bytes.resize(static_cast<size_t>(size));
+  if (size == 0) return;
+  if (size > (int64_t(1) << 30))
+    throw Error("bootstrap broadcast of " + std::to_string(size) + " bytes");
+  TRIDENT_MPI_CHECK(
+      MPI_Ibcast(bytes.data(), static_cast<int>(size), MPI_BYTE, 0, w.comm, &request));
+  wait_or_time_out(request, timeout, "in the bootstrap broadcast", "before the first step");
+}
+
+// Called by every process at the same point (the trainer's constructor).
+std::unique_ptr<Collective> make_collective_across_processes(const std::vector<Device*>& devices) {
+  const World& w = world();
+  ProcessChannel channel;
+  channel.rank = w.group.rank;
+  channel.size = w.group.size;
+  channel.min_over_processes = [](const std::vector<int64_t>& values) {
+    return min_over_processes(values, "while choosing the collective");
+  };
+  channel.broadcast_from_first = &broadcast_from_first;
+  // TRIDENT_MPI_NCCL=0: host staging and MPI even where the backend has its own (NCCL).
+  return make_process_collective(devices, channel, env_flag("TRIDENT_MPI_NCCL", true),
+                                 &make_mpi_host_collective);
+}
+
+}  // namespace
+
 World& world() {
   static World* w = [] {
     auto* created = new World();  // lives until exit, like the device registry
     int initialized = 0;
     TRIDENT_MPI_CHECK(MPI_Initialized(&initialized));
     if (!initialized) {
-      // Only the main thread calls MPI; replicas' threads never do.
+      // Only the main thread calls MPI; replicas' and watchdogs' threads never do.
       int provided = 0;
       TRIDENT_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
       std::atexit(finalize_mpi);
@@ -74,117 +93,71 @@ World& world() {
   return *w;
 }
 
-// Each process stages its devices' buffers on the host and sums them; MPI_Allreduce adds the
-// processes' sums; the total goes back to every local device.
-class MpiHostCollective : public Collective {
- public:
-  MpiHostCollective(std::vector<Device*> devices, MPI_Comm comm, int processes)
-      : devices_(std::move(devices)), comm_(comm), processes_(processes) {}
-  std::string name() const override {
-    return "mpi+host (" + std::to_string(processes_) + " processes)";
+void wait_or_time_out(MPI_Request& request, double timeout_s, const std::string& what,
+                      const std::string& when) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  for (long polls = 1;; ++polls) {
+    int done = 0;
+    TRIDENT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (polls % 64 != 0) continue;  // the clock every 64 tests: progress first
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (timeout_s > 0 && waited > timeout_s)
+      throw CollectiveTimeout(
+          process_text(world().group) + " waited " + std::to_string(static_cast<long>(waited)) +
+          " s for the other processes " + what + " " + when +
+          collective_timeout_text(timeout_s) +
+          ": one of them has stopped, died or fallen far behind");
+    // A wait past 10 ms is a peer far behind (the leader evaluating, a stalled process): poll
+    // gently. Shorter waits spin, as blocking MPI does, since each test drives progress.
+    if (waited > 0.01) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-
-  void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
-    if (buffers.size() != devices_.size())
-      throw Error("all_reduce_sum: " + std::to_string(buffers.size()) + " buffers for " +
-                  std::to_string(devices_.size()) + " devices");
-    const size_t n = static_cast<size_t>(count);
-    sum_.resize(n);
-    part_.resize(n);
-    devices_[0]->copy_to_host(sum_.data(), buffers[0], n * sizeof(float));
-    for (size_t d = 1; d < devices_.size(); ++d) {
-      devices_[d]->copy_to_host(part_.data(), buffers[d], n * sizeof(float));
-      for (size_t k = 0; k < n; ++k) sum_[k] += part_[k];
-    }
-    // MPI counts are int: large buffers go in chunks.
-    constexpr size_t kChunk = size_t(1) << 30;
-    for (size_t begin = 0; begin < n; begin += kChunk) {
-      const int chunk = static_cast<int>(std::min(kChunk, n - begin));
-      TRIDENT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sum_.data() + begin, chunk, MPI_FLOAT,
-                                      MPI_SUM, comm_));
-    }
-    for (size_t d = 0; d < devices_.size(); ++d)
-      devices_[d]->copy_from_host(buffers[d], sum_.data(), n * sizeof(float));
-  }
-
- private:
-  std::vector<Device*> devices_;
-  MPI_Comm comm_;
-  int processes_;
-  std::vector<float> sum_, part_;
-};
-
-// Called by every process at the same point (the trainer's constructor).
-std::unique_ptr<Collective> make_process_collective(const std::vector<Device*>& devices) {
-  World& w = world();
-  const int local = static_cast<int>(devices.size());
-  int fewest = 0, most = 0;
-  TRIDENT_MPI_CHECK(MPI_Allreduce(&local, &fewest, 1, MPI_INT, MPI_MIN, w.comm));
-  TRIDENT_MPI_CHECK(MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, w.comm));
-  if (fewest != most)
-    throw UsageError("every process of the MPI job must train on the same number of devices; "
-                     "they have between " + std::to_string(fewest) + " and " +
-                     std::to_string(most) + " (this one: " + std::to_string(local) + ")");
-#ifdef TRIDENT_HAVE_CUDA
-  // NCCL when every device of every process is a CUDA GPU (TRIDENT_MPI_NCCL=0 forces the host path).
-  int all_cuda = env_flag("TRIDENT_MPI_NCCL", true) ? 1 : 0;
-  for (Device* d : devices) all_cuda = all_cuda && d->info().backend == "cuda";
-  int everywhere = 0;
-  TRIDENT_MPI_CHECK(MPI_Allreduce(&all_cuda, &everywhere, 1, MPI_INT, MPI_MIN, w.comm));
-  if (everywhere) {
-    std::string id;
-    if (w.group.rank == 0) id = nccl_unique_id();
-    id.resize(128);  // NCCL_UNIQUE_ID_BYTES
-    TRIDENT_MPI_CHECK(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, w.comm));
-    if (auto nccl = make_nccl_collective(devices, id, w.group.rank * local, w.group.size * local))
-      return nccl;
-    throw Error("NCCL over MPI: a device reporting backend 'cuda' is not a CUDA device");
-  }
-#endif
-  return std::make_unique<MpiHostCollective>(devices, w.comm, w.group.size);
 }
 
-}  // namespace
+std::vector<int64_t> min_over_processes(const std::vector<int64_t>& values,
+                                        const std::string& what) {
+  std::vector<int64_t> least = values;
+  MPI_Request request = MPI_REQUEST_NULL;
+  TRIDENT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, least.data(), static_cast<int>(least.size()),
+                                   MPI_INT64_T, MPI_MIN, world().comm, &request));
+  wait_or_time_out(request, collective_timeout_seconds(), what, "before the first step");
+  return least;
+}
+
+}  // namespace trident::mpi
+
+namespace trident {
 
 ProcessGroup join_process_group() {
-  if (launched_process_count() <= 1) return {};
-  ProcessGroup group = world().group;
-  if (group.size > 1) group.collective = &make_process_collective;
+  const LauncherInfo launcher = detect_launcher();
+  if (!launcher.detected() || launcher.size == 1) return {};
+  ProcessGroup group = mpi::world().group;
+  const std::string refusal = launcher_refusal(launcher, group.size);
+  if (!refusal.empty()) throw UsageError(refusal);
+  if (group.size > 1) group.collective = &mpi::make_collective_across_processes;
   return group;
 }
 
-std::vector<Device*> process_devices(const std::vector<Device*>& listed, bool listed_by_user,
-                                     const ProcessGroup& group) {
-  if (group.size <= 1 || listed.empty()) return listed;
-  const size_t local = static_cast<size_t>(group.local_size);
-  const size_t me = static_cast<size_t>(group.local_rank);
-  std::vector<Device*> candidates = listed;
-  if (!listed_by_user) {  // the default device's backend, one device per process
-    const std::string backend = listed.front()->info().backend;
-    std::vector<Device*> all = DeviceRegistry::global().device_list(backend + ":all");
-    if (all.size() >= local) return {all[me]};
-    candidates = {listed.front()};
-  }
-  if (candidates.size() % local == 0) {
-    const size_t per = candidates.size() / local;
-    return std::vector<Device*>(candidates.begin() + static_cast<long>(me * per),
-                                candidates.begin() + static_cast<long>((me + 1) * per));
-  }
-  // One device for every process: the CPU (each process runs its own copy of the model on it),
-  // or a GPU that launcher settings such as CUDA_VISIBLE_DEVICES make different in each process
-  // (NCCL reports a GPU that really is shared).
-  if (candidates.size() == 1) return candidates;
-  std::string names;
-  for (Device* d : candidates) names += (names.empty() ? "" : ",") + d->info().id();
-  throw UsageError(std::to_string(local) + " processes on this machine cannot split the " +
-                   std::to_string(candidates.size()) + " device(s) " + names +
-                   ": list a multiple of " + std::to_string(local) +
-                   " devices with --devices (or TRIDENT_DEVICES), e.g. one GPU per process");
+void agree_on_settings(const ProcessGroup& group, const JobSettings& mine) {
+  if (group.size <= 1) return;
+  const std::vector<int64_t> values = job_settings_values(mine);
+  std::vector<int64_t> all(values.size() * static_cast<size_t>(group.size));
+  MPI_Request request = MPI_REQUEST_NULL;
+  TRIDENT_MPI_CHECK(MPI_Iallgather(values.data(), kJobSettingCount, MPI_INT64_T, all.data(),
+                                   kJobSettingCount, MPI_INT64_T, mpi::world().comm, &request));
+  mpi::wait_or_time_out(request, collective_timeout_seconds(), "while comparing settings",
+                        "before the first step");
+  std::vector<JobSettings> by_rank;
+  for (int rank = 0; rank < group.size; ++rank)
+    by_rank.push_back(job_settings_from_values(all.data() + rank * kJobSettingCount));
+  const std::string disagreement = settings_disagreement(by_rank);
+  if (!disagreement.empty()) throw UsageError(disagreement);
 }
 
 void abort_process_group(const ProcessGroup& group, const std::string& message, int status,
                          std::ostream& err) {
-  err << "trident (process " << group.rank << " of " << group.size << "): " << message
+  err << "trident (" << mpi::process_text(group) << "): " << message
       << "\nstopping every process of the job\n";
   err.flush();
   MPI_Abort(MPI_COMM_WORLD, status);

@@ -1,0 +1,111 @@
+// Test doubles for the teardown order of data parallelism: a CPU device whose capture() keeps a
+// recording, as a CUDA graph does, and a collective that, like an NCCL communicator, is held by
+// every recording that contains one of its sums. The collective writes down what its destruction
+// would have met on GPUs: recordings still holding it (NCCL's finalize waits for them forever),
+// or peers that will never come while it was not aborted (the finalize waits for them too).
+#pragma once
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_device.h"
+#include "core/collective.h"
+
+namespace trident::testing {
+
+// What a TeardownCheckingCollective saw, kept by the test beyond the collective's life.
+struct TeardownReport {
+  int sums = 0;                 // sums asked for (all_reduce_sum and start_all_reduce_sum)
+  int recorded_sums = 0;        // of those, made while a step was being captured
+  bool peers_gone = false;      // set by a test: the other ranks failed and will match nothing
+  bool aborted = false;
+  bool destroyed = false;
+  long recordings_alive_at_destruction = -1;
+  // Where NCCL's ncclCommFinalize would have waited forever.
+  bool finalize_would_hang() const {
+    return recordings_alive_at_destruction > 0 || (peers_gone && !aborted);
+  }
+};
+
+// A recorded step: the CPU ran its work at once while it was captured; a replay repeats nothing
+// (these tests check the order of teardown, not arithmetic). It keeps every `hold` token alive,
+// as a CUDA graph keeps a reference to each communicator it recorded a collective of.
+class FakeRecording : public CapturedWork {
+ public:
+  void replay() override { ++replays; }
+  void hold(std::shared_ptr<const void> token) { held_.push_back(std::move(token)); }
+  int replays = 0;
+
+ private:
+  std::vector<std::shared_ptr<const void>> held_;
+};
+
+// A CPU device that can capture: capture() runs the step once, with recording() set meanwhile.
+class CapturingCpuDevice : public CpuDevice {
+ public:
+  explicit CapturingCpuDevice(int index) : CpuDevice(index, 1, "CPU that captures (test)") {}
+  FakeRecording* recording() const { return recording_; }
+  int captures = 0;
+
+ protected:
+  std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override {
+    auto recording = std::make_unique<FakeRecording>();
+    recording_ = recording.get();
+    try {
+      step();
+    } catch (...) {
+      recording_ = nullptr;
+      throw;
+    }
+    recording_ = nullptr;
+    ++captures;
+    return recording;
+  }
+
+ private:
+  FakeRecording* recording_ = nullptr;
+};
+
+// Sums over this process's devices, times `processes`: the other processes are mirrors of this
+// one, holding the same buffers. Capturable, like NCCL; reports into `report`.
+class TeardownCheckingCollective : public Collective {
+ public:
+  TeardownCheckingCollective(std::vector<Device*> devices, int processes, TeardownReport& report)
+      : devices_(std::move(devices)), processes_(processes), report_(report),
+        token_(std::make_shared<int>(0)) {}
+  ~TeardownCheckingCollective() override {
+    report_.recordings_alive_at_destruction = token_.use_count() - 1;
+    report_.destroyed = true;
+  }
+  std::string name() const override { return "teardown-checking"; }
+  bool capturable() const override { return true; }
+  void abort() override { report_.aborted = true; }
+
+  void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
+    if (report_.aborted) throw std::logic_error("a sum after abort()");
+    ++report_.sums;
+    for (Device* d : devices_)
+      if (auto* capturing = dynamic_cast<CapturingCpuDevice*>(d))
+        if (FakeRecording* recording = capturing->recording()) {
+          recording->hold(token_);
+          ++report_.recorded_sums;
+        }
+    const size_t n = static_cast<size_t>(count);
+    std::vector<float> sum(n, 0.0f), part(n);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      devices_[d]->copy_to_host(part.data(), buffers[d], n * sizeof(float));
+      for (size_t k = 0; k < n; ++k) sum[k] += part[k] * static_cast<float>(processes_);
+    }
+    for (size_t d = 0; d < devices_.size(); ++d)
+      devices_[d]->copy_from_host(buffers[d], sum.data(), n * sizeof(float));
+  }
+
+ private:
+  std::vector<Device*> devices_;
+  int processes_;
+  TeardownReport& report_;
+  std::shared_ptr<int> token_;  // one reference per recording that holds this collective
+};
+
+}  // namespace trident::testing
