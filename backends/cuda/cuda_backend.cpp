@@ -2,6 +2,7 @@
 // no driver or no GPU reports why and has no CUDA devices (never an error by itself).
 #include <cstdio>
 
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_device.h"
 #include "core/env.h"
 #include "core/error.h"
