@@ -262,7 +262,7 @@ Record measure_gemm(Device& d, const GemmShape& shape, double seconds) {
   trident::GemmArgs g;
   g.m = m, g.n = n, g.k = k;
   g.trans_a = shape.trans_a, g.trans_b = shape.trans_b;
-  g.a = a.memory(), g.b = b.memory(), g.c = c.memory();
+  g.a = a, g.b = b, g.c = c;
   g.lda = shape.trans_a ? m : k;
   g.ldb = shape.trans_b ? k : n;
   g.ldc = n;

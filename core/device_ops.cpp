@@ -181,6 +181,9 @@ void check_update_control(const OpCheck& check, const UpdateControl& c,
 void Device::fill(const Tensor& dst, float value) {
   OpCheck check(*this, "fill");
   check.here("dst", dst);
+  check.require(value == 0.0f || dst.dtype() == DType::f32 || dst.dtype() == DType::i32,
+                std::string("a non-zero fill needs an F32 or I32 tensor, not ") +
+                    dtype_name(dst.dtype()));
   invalidate_claims(dst);
   if (dst.numel() > 0) do_fill(dst, value);
 }

@@ -119,14 +119,14 @@ Tensor Tensor::reinterpret(DType dtype, const Shape& shape, size_t byte_offset) 
   return t;
 }
 
-void Tensor::copy_from_host(const void* host, size_t size) {
+void Tensor::copy_from_host(const void* host, size_t size) const {
   if (size != bytes())
     throw ShapeError("copy_from_host: " + std::to_string(size) + " bytes into a tensor of " +
                      std::to_string(bytes()));
   if (size) device().copy_from_host(memory(), host, size);
 }
 
-void Tensor::copy_from(const Tensor& other) {
+void Tensor::copy_from(const Tensor& other) const {
   if (other.bytes() != bytes() || &other.device() != &device())
     throw ShapeError("copy_from: " + shape_string(other.shape()) + " into " +
                      shape_string(shape_) + " (sizes and devices must match)");

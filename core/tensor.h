@@ -46,8 +46,8 @@ class Tensor {
   // (scratch buffers allocated as bytes and used as floats). Bounds are checked.
   Tensor reinterpret(DType dtype, const Shape& shape, size_t byte_offset = 0) const;
 
-  void copy_from_host(const void* host, size_t bytes);
-  void copy_from(const Tensor& other);  // same device, same byte size
+  void copy_from_host(const void* host, size_t bytes) const;
+  void copy_from(const Tensor& other) const;  // same device, same byte size
   std::vector<float> to_host() const;  // f32 only; waits for queued work
   std::vector<int32_t> to_host_i32() const;
   void to_host(void* host, size_t bytes) const;

@@ -13,7 +13,7 @@ namespace trident {
 // What a forward or backward call needs besides tensors.
 struct StepContext {
   Device* device = nullptr;
-  DeviceMemory step_state;   // kStepStateBytes on the device (see core/device.h)
+  Tensor step_state;         // i32 [kStepStateCount] on the device (see core/op_types.h)
   bool training = true;      // dropout is active only when training
   uint64_t seed = 0;         // the run's seed (dropout keys)
   int64_t sample_offset = 0; // index of this batch's first sample in the global batch, so that

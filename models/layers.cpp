@@ -14,10 +14,6 @@ void expect_rank(const Layer& layer, const Shape& input, size_t rank, const char
                      shape_string(input));
 }
 
-bool same_place(DeviceMemory a, DeviceMemory b) {
-  return a.handle == b.handle && a.offset == b.offset;
-}
-
 float fan_in_bound(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
 
 }  // namespace
@@ -45,12 +41,12 @@ void Linear::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
   GemmArgs g;  // y[B, out] = x[B, in] * W[out, in]^T + b
   g.trans_b = true;
   g.m = x.dim(0); g.n = out_; g.k = in_;
-  g.a = x.memory(); g.lda = in_;
-  g.b = params_[0].memory(); g.ldb = in_;
-  g.c = y.memory(); g.ldc = out_;
-  g.bias = params_[1].memory();
+  g.a = x;
+  g.b = params_[0];
+  g.c = y;
+  g.bias = params_[1];
   g.bias_kind = BiasKind::per_column;
-  g.relu = fused_relu_;
+  if (fused_relu_) g.activation = UnaryOp::relu;
   ctx.device->gemm(g);
 }
 
@@ -65,11 +61,11 @@ void Linear::backward_parameters(const StepContext& ctx, const Tensor& x, const 
   GemmArgs dw;  // dW[out, in] = dy[B, out]^T x[B, in]
   dw.trans_a = true;
   dw.m = out_; dw.n = in_; dw.k = batch;
-  dw.a = dy.memory(); dw.lda = out_;
-  dw.b = x.memory(); dw.ldb = in_;
-  dw.c = grads_[0].memory(); dw.ldc = in_;
+  dw.a = dy;
+  dw.b = x;
+  dw.c = grads_[0];
   ctx.device->gemm(dw);
-  ctx.device->sum_rows(dy.memory(), batch, out_, grads_[1].memory(), 0.0f);
+  ctx.device->sum_rows(dy, batch, out_, grads_[1], 0.0f);
 }
 
 void Linear::backward_input(const StepContext& ctx, const Tensor& dy, const Tensor& dx) {
@@ -77,9 +73,9 @@ void Linear::backward_input(const StepContext& ctx, const Tensor& dy, const Tens
   const int64_t batch = dy.dim(0);
   GemmArgs gx;  // dx[B, in] = dy[B, out] W[out, in]
   gx.m = batch; gx.n = in_; gx.k = out_;
-  gx.a = dy.memory(); gx.lda = out_;
-  gx.b = params_[0].memory(); gx.ldb = in_;
-  gx.c = dx.memory(); gx.ldc = in_;
+  gx.a = dy;
+  gx.b = params_[0];
+  gx.c = dx;
   ctx.device->gemm(gx);
 }
 
@@ -100,8 +96,9 @@ Conv2dShape Conv2d::shape_for(const Shape& input) const {
                      " input channels, got " + shape_string(input));
   Conv2dShape s;
   s.batch = input[0]; s.in_channels = in_c_; s.height = input[2]; s.width = input[3];
-  s.out_channels = out_c_; s.kernel_h = s.kernel_w = kernel_; s.stride = stride_;
-  s.padding = padding_;
+  s.out_channels = out_c_; s.kernel_h = s.kernel_w = kernel_;
+  s.stride_h = s.stride_w = stride_;
+  s.pad_h = s.pad_w = padding_;
   if (s.height + 2 * padding_ < kernel_ || s.width + 2 * padding_ < kernel_)
     throw ShapeError("Conv2d '" + name() + "': kernel " + std::to_string(kernel_) +
                      " is larger than the padded input " + shape_string(input));
@@ -122,30 +119,21 @@ std::vector<ScratchSpec> Conv2d::scratch_specs(const Device& device, const Shape
   // The workspace (im2col columns ...) is sized by the backend, which knows its algorithm.
   const size_t bytes = device.conv2d_workspace_bytes(shape_for(input));
   if (bytes == 0) return {};
-  return {{{static_cast<int64_t>((bytes + 3) / 4)}, DType::f32}};
+  return {{{static_cast<int64_t>(bytes)}, DType::u8}};
 }
 
 void Conv2d::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                      const std::vector<Tensor>& scratch) {
   const Conv2dShape s = shape_for(x.shape());
-  const DeviceMemory workspace = scratch.empty() ? DeviceMemory{} : scratch[0].memory();
-  ctx.device->conv2d_forward(s, x.memory(), params_[0].memory(), params_[1].memory(), y.memory(),
-                             workspace);
-  forward_input_ = x.memory();
-  forward_workspace_ = workspace;
+  ctx.device->conv2d_forward(s, x, params_[0], params_[1], y,
+                             scratch.empty() ? Tensor() : scratch[0]);
 }
 
 void Conv2d::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,
                       const Tensor& dx, const std::vector<Tensor>& scratch) {
   const Conv2dShape s = shape_for(x.shape());
-  const DeviceMemory workspace = scratch.empty() ? DeviceMemory{} : scratch[0].memory();
-  // The backend may reuse the forward's im2col columns when this backward follows the forward
-  // of the same input into the same workspace (as Network runs them).
-  const bool after_forward = workspace && same_place(workspace, forward_workspace_) &&
-                             same_place(x.memory(), forward_input_);
-  ctx.device->conv2d_backward(s, x.memory(), params_[0].memory(), dy.memory(),
-                              dx.defined() ? dx.memory() : DeviceMemory{}, grads_[0].memory(),
-                              grads_[1].memory(), workspace, after_forward);
+  ctx.device->conv2d_backward(s, x, params_[0], dy, dx, grads_[0], grads_[1],
+                              scratch.empty() ? Tensor() : scratch[0]);
 }
 
 // ---- MaxPool2d -----------------------------------------------------------------------------
@@ -162,7 +150,8 @@ Pool2dShape MaxPool2d::shape_for(const Shape& input) const {
                      " is smaller than the window");
   Pool2dShape s;
   s.batch = input[0]; s.channels = input[1]; s.height = input[2]; s.width = input[3];
-  s.kernel = kernel_; s.stride = stride_;
+  s.kernel_h = s.kernel_w = kernel_;
+  s.stride_h = s.stride_w = stride_;
   s.relu = fused_relu_;
   return s;
 }
@@ -178,28 +167,26 @@ std::vector<ScratchSpec> MaxPool2d::scratch_specs(const Device&, const Shape& in
 
 void MaxPool2d::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                         const std::vector<Tensor>& scratch) {
-  ctx.device->maxpool2d_forward(shape_for(x.shape()), x.memory(), y.memory(),
-                                scratch[0].memory());
+  ctx.device->maxpool2d_forward(shape_for(x.shape()), x, y, scratch[0]);
 }
 
 void MaxPool2d::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,
                          const Tensor& dx, const std::vector<Tensor>& scratch) {
   if (!dx.defined()) return;
-  ctx.device->maxpool2d_backward(shape_for(x.shape()), dy.memory(), scratch[0].memory(),
-                                 dx.memory());
+  ctx.device->maxpool2d_backward(shape_for(x.shape()), dy, scratch[0], dx);
 }
 
 // ---- ReLU ----------------------------------------------------------------------------------
 
 void ReLU::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                    const std::vector<Tensor>&) {
-  if (!passthrough_) ctx.device->relu_forward(x.memory(), y.memory(), x.numel());
+  if (!passthrough_) ctx.device->unary_forward(UnaryOp::relu, x, y);
 }
 
 void ReLU::backward(const StepContext& ctx, const Tensor&, const Tensor& y, const Tensor& dy,
                     const Tensor& dx, const std::vector<Tensor>&) {
   if (dx.defined() && masks_gradient_)
-    ctx.device->relu_backward(y.memory(), dy.memory(), dx.memory(), y.numel());
+    ctx.device->unary_backward(UnaryOp::relu, Tensor(), y, dy, dx);
 }
 
 // ---- Dropout / Dropout2d -------------------------------------------------------------------
@@ -219,9 +206,8 @@ void Dropout::apply(const StepContext& ctx, const Tensor& in, const Tensor& out)
   const int64_t per_sample = in.numel() / s[0];
   const int64_t group = per_channel_ ? s[2] * s[3] : 1;
   const int64_t groups_per_sample = per_sample / group;
-  ctx.device->dropout(in.memory(), out.memory(), in.numel(), group,
-                      ctx.sample_offset * groups_per_sample, p_, ctx.seed, index_,
-                      ctx.step_state);
+  ctx.device->dropout(in, out, group, ctx.sample_offset * groups_per_sample, p_, ctx.seed,
+                      index_, ctx.step_state);
 }
 
 void Dropout::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
@@ -229,7 +215,7 @@ void Dropout::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
   if (ctx.training)
     apply(ctx, x, y);
   else
-    ctx.device->copy_on_device(y.memory(), x.memory(), x.bytes());
+    y.copy_from(x);
 }
 
 void Dropout::backward(const StepContext& ctx, const Tensor&, const Tensor&, const Tensor& dy,
@@ -260,13 +246,13 @@ Shape LogSoftmax::output_shape(const Shape& input) const {
 
 void LogSoftmax::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                          const std::vector<Tensor>&) {
-  ctx.device->log_softmax_forward(x.memory(), y.memory(), x.dim(0), x.dim(1));
+  ctx.device->log_softmax_forward(x, y);
 }
 
 void LogSoftmax::backward(const StepContext& ctx, const Tensor&, const Tensor& y,
                           const Tensor& dy, const Tensor& dx, const std::vector<Tensor>&) {
   if (dx.defined())
-    ctx.device->log_softmax_backward(y.memory(), dy.memory(), dx.memory(), y.dim(0), y.dim(1));
+    ctx.device->log_softmax_backward(y, dy, dx);
 }
 
 }  // namespace trident

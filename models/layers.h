@@ -45,7 +45,6 @@ class Conv2d : public Layer {
  private:
   Conv2dShape shape_for(const Shape& input) const;
   int64_t in_c_, out_c_, kernel_, stride_, padding_;
-  DeviceMemory forward_input_, forward_workspace_;  // of the last forward (see backward)
 };
 
 class MaxPool2d : public Layer {

@@ -16,15 +16,13 @@ void check(const Tensor& output, const Tensor& labels) {
 void NLLLoss::forward(const StepContext& ctx, const Tensor& output, const Tensor& labels,
                       const Tensor& loss, bool accumulate) {
   check(output, labels);
-  ctx.device->nll_loss_forward(output.memory(), labels.memory(), output.dim(0), output.dim(1),
-                               loss.memory(), accumulate);
+  ctx.device->nll_loss_forward(output, labels, loss, accumulate);
 }
 
 void NLLLoss::backward(const StepContext& ctx, const Tensor& output, const Tensor& labels,
                        const Tensor& grad, float scale) {
   check(output, labels);
-  ctx.device->nll_loss_backward(labels.memory(), output.dim(0), output.dim(1),
-                                scale / static_cast<float>(output.dim(0)), grad.memory());
+  ctx.device->nll_loss_backward(labels, grad, scale / static_cast<float>(output.dim(0)));
 }
 
 CrossEntropyLoss::Buffers& CrossEntropyLoss::buffers_for(Device& device, const Shape& shape) {
@@ -38,21 +36,16 @@ void CrossEntropyLoss::forward(const StepContext& ctx, const Tensor& output, con
                                const Tensor& loss, bool accumulate) {
   check(output, labels);
   Buffers& b = buffers_for(*ctx.device, output.shape());
-  ctx.device->log_softmax_forward(output.memory(), b.log_probs.memory(), output.dim(0),
-                                  output.dim(1));
-  ctx.device->nll_loss_forward(b.log_probs.memory(), labels.memory(), output.dim(0),
-                               output.dim(1), loss.memory(), accumulate);
+  ctx.device->log_softmax_forward(output, b.log_probs);
+  ctx.device->nll_loss_forward(b.log_probs, labels, loss, accumulate);
 }
 
 void CrossEntropyLoss::backward(const StepContext& ctx, const Tensor& output,
                                 const Tensor& labels, const Tensor& grad, float scale) {
   check(output, labels);
   Buffers& b = buffers_for(*ctx.device, output.shape());
-  ctx.device->nll_loss_backward(labels.memory(), output.dim(0), output.dim(1),
-                                scale / static_cast<float>(output.dim(0)),
-                                b.log_prob_grad.memory());
-  ctx.device->log_softmax_backward(b.log_probs.memory(), b.log_prob_grad.memory(), grad.memory(),
-                                   output.dim(0), output.dim(1));
+  ctx.device->nll_loss_backward(labels, b.log_prob_grad, scale / static_cast<float>(output.dim(0)));
+  ctx.device->log_softmax_backward(b.log_probs, b.log_prob_grad, grad);
 }
 
 std::unique_ptr<Loss> make_loss(const std::string& name) {

@@ -142,9 +142,8 @@ const Tensor& Network::forward_nll(const StepContext& ctx, const Tensor& input,
   const size_t head = layers_.size() - 1;
   const Tensor& logits = forward_layers(ctx, input, head);
   Buffers& b = *last_;
-  ctx.device->log_softmax_nll(logits.memory(), labels.memory(), logits.dim(0), logits.dim(1),
-                              scale / static_cast<float>(batch), b.activations[head].memory(),
-                              loss.memory(), accumulate, b.activation_grads[head - 1].memory());
+  ctx.device->log_softmax_nll(logits, labels, scale / static_cast<float>(batch), 0.0f,
+                              b.activations[head], loss, accumulate, b.activation_grads[head - 1]);
   head_fused_ = true;
   return b.activations[head];
 }

@@ -20,8 +20,8 @@ class Sgd : public Optimizer {
   void step(const StepContext& ctx, float grad_scale) override {
     SgdParams hp = hp_;
     hp.grad_scale = grad_scale;
-    ctx.device->sgd_update(network_->parameters().memory(), network_->gradients().memory(),
-                           momentum_.memory(), network_->parameter_count(), hp);
+    ctx.device->sgd_update(network_->parameters(), network_->gradients(), momentum_, hp, {},
+                           ctx.step_state);
   }
   std::vector<std::pair<std::string, Tensor>> state() const override {
     return {{"momentum_buffer", momentum_}};
@@ -49,8 +49,7 @@ class Adam : public Optimizer {
   void step(const StepContext& ctx, float grad_scale) override {
     AdamParams hp = hp_;
     hp.grad_scale = grad_scale;
-    ctx.device->adam_update(network_->parameters().memory(), network_->gradients().memory(),
-                            m_.memory(), v_.memory(), network_->parameter_count(), hp,
+    ctx.device->adam_update(network_->parameters(), network_->gradients(), m_, v_, hp, {},
                             ctx.step_state);
   }
   std::vector<std::pair<std::string, Tensor>> state() const override {

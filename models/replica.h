@@ -20,7 +20,7 @@ struct Trainer::Replica {
   StepContext context(bool training, int64_t sample_offset, uint64_t seed) const {
     StepContext ctx;
     ctx.device = device;
-    ctx.step_state = step_state.memory();
+    ctx.step_state = step_state;
     ctx.training = training;
     ctx.seed = seed;
     ctx.sample_offset = sample_offset;

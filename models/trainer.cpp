@@ -133,7 +133,7 @@ void Trainer::upload_epoch_tables(int64_t epoch) {
     r->index_table.copy_from_host(table.data(), table.size() * sizeof(int32_t));
     const uint32_t state[2] = {0u, static_cast<uint32_t>(global_step_)};
     r->step_state.copy_from_host(state, sizeof(state));
-    r->device->fill(r->loss_sum.memory(), 1, 0.0f);
+    r->device->fill(r->loss_sum, 0.0f);
   }
 }
 
@@ -145,11 +145,9 @@ StepContext Trainer::train_context(const Replica& r) const {
 void Trainer::forward_replica(Replica& r) {
   const StepContext ctx = train_context(r);
   const Tensor& input = r.net.input_buffer(per_replica_batch_);
-  const size_t row_bytes = static_cast<size_t>(r.train_images.dim(1)) * sizeof(float);
-  r.device->gather_rows(r.train_images.memory(), row_bytes, r.index_table.memory(),
-                        per_replica_batch_, r.step_state.memory(), input.memory());
-  r.device->gather_rows(r.train_labels.memory(), sizeof(int32_t), r.index_table.memory(),
-                        per_replica_batch_, r.step_state.memory(), r.labels.memory());
+  r.device->gather_rows(r.train_images, r.index_table, r.step_state,
+                        input.reshape({per_replica_batch_, r.train_images.dim(1)}));
+  r.device->gather_rows(r.train_labels, r.index_table, r.step_state, r.labels);
   // Training fuses the NLL loss (r.loss, which evaluation uses) into the head when it can.
   r.net.forward_nll(ctx, input, r.labels, r.loss_sum, true);
 }
@@ -197,7 +195,7 @@ void Trainer::average_replicas() {
     for (auto& r : replicas_) buffers.push_back(pick(*r).memory());
     const int64_t count = pick(*replicas_[0]).numel();
     collective_->all_reduce_sum(buffers, count);
-    for (auto& r : replicas_) r->device->axpby(pick(*r).memory(), pick(*r).memory(), count, 0.0f, scale);
+    for (auto& r : replicas_) r->device->axpby(pick(*r), pick(*r), 0.0f, scale);
   };
   average([](Replica& r) { return r.net.parameters(); });
   const size_t states = replicas_[0]->optimizer->state().size();
@@ -237,7 +235,7 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
             collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
         }
         r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
-        r.device->advance_step(r.step_state.memory());
+        r.device->advance_step(r.step_state);
       };
       // The first step runs eagerly (it allocates every buffer); the second is captured once.
       if (r.captured) {
@@ -254,7 +252,7 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
       backward_in_buckets();
       for (auto& r : replicas_) {
         r->optimizer->step(r->context(true, 0, options_.seed), grad_scale);
-        r->device->advance_step(r->step_state.memory());
+        r->device->advance_step(r->step_state);
       }
     } else {
       run_on_replicas([&](Replica& r) { step_replica(r); });
@@ -265,7 +263,7 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
       }
       run_on_replicas([&](Replica& r) {
         r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
-        r.device->advance_step(r.step_state.memory());
+        r.device->advance_step(r.step_state);
       });
       if (!all_reduce && (global_step_ + 1) % options_.average_every == 0) average_replicas();
     }
@@ -322,8 +320,8 @@ EvalStats Trainer::evaluate() {
     const StepContext ctx = r.context(false, 0, options_.seed);
     const Tensor& out = r.net.forward(ctx, input);
     r.loss->forward(ctx, out, labels, batch_loss, false);
-    d.axpby(batch_loss.memory(), loss_sum.memory(), 1, static_cast<float>(rows), 1.0f);
-    d.count_correct(out.memory(), labels.memory(), rows, out.dim(1), correct.memory());
+    d.axpby(batch_loss, loss_sum, static_cast<float>(rows), 1.0f);
+    d.count_correct(out, labels, correct);
   }
   EvalStats stats;
   stats.samples = test_count_;

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/default_ops.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/registry.h"
 #include "core/tensor.h"
 
@@ -102,6 +104,9 @@ class OffsetBuffer {
     whole_ = Tensor::from_host(device, {static_cast<int64_t>(all.size())}, all);
   }
   DeviceMemory memory() const { return whole_.memory().at(offset_ * sizeof(float)); }
+  // The fenced values as a tensor view (1-D, or `shape` when given).
+  Tensor tensor() const { return whole_.view(int64_t(offset_), {int64_t(count_)}); }
+  Tensor tensor(const Shape& shape) const { return whole_.view(int64_t(offset_), shape); }
   std::vector<float> values() const {
     std::vector<float> all = whole_.to_host();
     return {all.begin() + static_cast<std::ptrdiff_t>(offset_),

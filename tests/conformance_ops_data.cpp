@@ -1,9 +1,11 @@
-// Op conformance, data movement and optimizers: gather_rows, advance_step, sgd_update,
-// adam_update, fill, copy_on_device, and capture() replay, on every device against the reference.
+// Op conformance, data movement and optimizers: gather_rows, gather_samples, advance_step,
+// sgd_update, adam_update (compared as updates), fill, copies, data errors raised by kernels,
+// and capture() replay, on every device against the reference.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -47,13 +49,13 @@ TEST_CASE("conformance: gather_rows of byte and float rows at the step_state bat
       std::vector<uint8_t> want(c.row_bytes * size_t(c.rows));
       reference::gather_rows(src.data(), c.row_bytes, table.data(), c.rows, state.data(),
                              want.data());
-      Tensor dsrc = upload(*device, src), dtable = upload(*device, table),
-             dstate = upload(*device, state);
+      Tensor dsrc = upload(*device, src).reshape({c.dataset_rows, int64_t(c.row_bytes)});
+      Tensor dtable = upload(*device, table), dstate = upload(*device, state);
       // dst sits 16 bytes into a buffer whose guard bytes must survive.
       std::vector<uint8_t> guarded(want.size() + 32, 0xAB);
       Tensor ddst = upload(*device, guarded);
-      device->gather_rows(dsrc.memory(), c.row_bytes, dtable.memory(), c.rows, dstate.memory(),
-                          ddst.memory().at(16));
+      device->gather_rows(dsrc, dtable, dstate,
+                          ddst.view(16, {c.rows, int64_t(c.row_bytes)}));
       const std::vector<uint8_t> all = download<uint8_t>(*device, ddst.memory(), guarded.size());
       TRIDENT_CHECK_EXACT(std::vector<uint8_t>(all.begin() + 16, all.end() - 16), want);
       CHECK(std::count(all.begin(), all.begin() + 16, 0xAB) == 16);
@@ -62,13 +64,143 @@ TEST_CASE("conformance: gather_rows of byte and float rows at the step_state bat
   }
 }
 
+TEST_CASE("conformance: a gather index outside the source, or a batch past the table, is an "
+          "error and never an out-of-bounds access", "[conformance][gather_rows][errors]") {
+  FOR_EACH_DEVICE(device) {
+    const int64_t rows = 4, width = 3, source_rows = 10;
+    Tensor src = Tensor::from_host(*device, {source_rows, width},
+                                   random_floats(size_t(source_rows * width), 7));
+    for (const int32_t bad : {-1, -100000, int32_t(source_rows), 1 << 30}) {
+      INFO("bad index " << bad);
+      std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, bad, 7};
+      Tensor dtable = upload(*device, table);
+      Tensor state = upload(*device, std::vector<uint32_t>{1, 0});  // the second batch
+      OffsetBuffer dst(*device, std::vector<float>(size_t(rows * width), kNaN), 2);
+      CHECK_THROWS_WITH(
+          [&] {
+            device->gather_rows(src, dtable, state, dst.tensor({rows, width}));
+            device->synchronize();
+          }(),
+          Catch::Contains(std::to_string(bad)));
+      CHECK(dst.guard_damage() == 0);
+      // The device is usable afterwards and reports nothing more.
+      device->gather_rows(src, dtable, upload(*device, std::vector<uint32_t>{0, 0}),
+                          dst.tensor({rows, width}));
+      CHECK_NOTHROW(device->synchronize());
+    }
+    // Position 2 of a two-batch table.
+    Tensor table = upload(*device, std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+    OffsetBuffer dst(*device, std::vector<float>(size_t(rows * width), kNaN), 1);
+    CHECK_THROWS_WITH(
+        [&] {
+          device->gather_rows(src, table, upload(*device, std::vector<uint32_t>{2, 0}),
+                              dst.tensor({rows, width}));
+          device->synchronize();
+        }(),
+        Catch::Contains("2"));
+    CHECK(dst.guard_damage() == 0);
+    CHECK_NOTHROW(device->synchronize());
+  }
+}
+
+TEST_CASE("conformance: a label outside [0, classes) is an error in every head op",
+          "[conformance][labels][errors]") {
+  FOR_EACH_DEVICE(device) {
+    const int64_t rows = 3, cols = 4;
+    Tensor x = Tensor::from_host(*device, {rows, cols}, random_floats(size_t(rows * cols), 3));
+    Tensor y = Tensor::zeros(*device, {rows, cols}), dx = Tensor::zeros(*device, {rows, cols});
+    Tensor loss = Tensor::zeros(*device, {1});
+    for (const int32_t bad : {-1, int32_t(cols), 1000}) {
+      INFO("label " << bad);
+      Tensor labels = upload(*device, std::vector<int32_t>{0, bad, 2});
+      auto fails = [&](const std::function<void()>& op) {
+        CHECK_THROWS_WITH(
+            [&] {
+              op();
+              device->synchronize();
+            }(),
+            Catch::Contains(std::to_string(bad)));
+      };
+      fails([&] { device->log_softmax_nll(x, labels, 1.0f, 0.0f, y, loss, false, dx); });
+      fails([&] { device->nll_loss_forward(x, labels, loss, false); });
+      fails([&] { device->nll_loss_backward(labels, dx, 1.0f); });
+      fails([&] { device->mse_loss(x, labels, 1.0f, loss, false, dx); });
+      fails([&] { device->count_correct(x, labels, loss); });
+      CHECK_NOTHROW(device->synchronize());
+    }
+  }
+}
+
+TEST_CASE("conformance: gather_samples normalises u8 and f32 samples and draws the same crop "
+          "and flip as the reference, bit for bit", "[conformance][gather_samples]") {
+  struct Case {
+    int64_t channels, height, width, count, rows;
+    bool u8;
+    int64_t padding;
+    bool flip;
+  };
+  const std::vector<Case> cases = {{1, 28, 28, 30, 8, true, 0, false},
+                                   {1, 28, 28, 30, 8, true, 4, true},
+                                   {3, 5, 7, 11, 5, false, 2, true},
+                                   {2, 9, 4, 6, 6, true, 3, false},
+                                   {1, 1, 1, 3, 2, false, 1, true}};
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 1150;
+    for (const Case& c : cases)
+      for (const bool normalise : {false, true}) {
+        INFO("gather_samples C=" << c.channels << " H=" << c.height << " W=" << c.width
+                                 << " u8=" << c.u8 << " padding=" << c.padding
+                                 << " flip=" << c.flip << " normalise=" << normalise);
+        const int64_t sample = c.channels * c.height * c.width;
+        const std::vector<uint8_t> bytes = random_bytes(size_t(c.count * sample), ++seed);
+        const std::vector<float> floats = random_floats(size_t(c.count * sample), ++seed);
+        const std::vector<int32_t> table = random_labels(size_t(c.rows * 3), int32_t(c.count), ++seed);
+        const std::vector<uint32_t> state = {2, 12345};
+        std::vector<float> mean = random_floats(size_t(c.channels), ++seed, 0.0f, 0.5f);
+        std::vector<float> inv_std = random_floats(size_t(c.channels), ++seed, 1.0f, 4.0f);
+        reference::HostSampleTransform host;
+        host.scale = c.u8 ? 1.0f / 255.0f : 1.0f;
+        host.mean = normalise ? mean.data() : nullptr;
+        host.inv_std = normalise ? inv_std.data() : nullptr;
+        host.crop_padding = c.padding;
+        host.horizontal_flip = c.flip;
+        host.seed = 0xABCDEF0123ull;
+        host.stream = 0x40000001u;
+        host.sample_offset = 3;
+        std::vector<float> want(size_t(c.rows * sample));
+        reference::gather_samples(c.u8 ? static_cast<const void*>(bytes.data()) : floats.data(),
+                                  c.u8, c.channels, c.height, c.width, table.data(), c.rows,
+                                  state.data(), host, want.data());
+        const Shape src_shape{c.count, c.channels, c.height, c.width};
+        Tensor src = c.u8 ? upload(*device, bytes).reshape(src_shape)
+                          : Tensor::from_host(*device, src_shape, floats);
+        SampleTransform t;
+        t.scale = host.scale;
+        if (normalise) {
+          t.mean = upload(*device, mean);
+          t.inv_std = upload(*device, inv_std);
+        }
+        t.crop_padding = c.padding;
+        t.horizontal_flip = c.flip;
+        t.seed = host.seed;
+        t.stream = host.stream;
+        t.sample_offset = host.sample_offset;
+        OffsetBuffer dst(*device, std::vector<float>(want.size(), kNaN), 3);
+        device->gather_samples(src, upload(*device, table), upload(*device, state), t,
+                               dst.tensor({c.rows, c.channels, c.height, c.width}));
+        TRIDENT_CHECK_CLOSE(dst.values(), want, kElementwise);
+        CHECK(dst.guard_damage() == 0);
+      }
+  }
+}
+
 TEST_CASE("conformance: advance_step increments both counters", "[conformance][advance_step]") {
   FOR_EACH_DEVICE(device) {
     std::vector<uint32_t> want = {5, 4294967290u, 1, 2};  // a second state after the first
     Tensor state = upload(*device, want);
-    device->advance_step(state.memory().at(8));
-    device->advance_step(state.memory().at(8));
-    device->advance_step(state.memory());
+    device->advance_step(state.view(2, {2}));
+    device->advance_step(state.view(2, {2}));
+    device->advance_step(state.view(0, {2}));
     reference::advance_step(want.data() + 2);
     reference::advance_step(want.data() + 2);
     reference::advance_step(want.data());
@@ -76,70 +208,157 @@ TEST_CASE("conformance: advance_step increments both counters", "[conformance][a
   }
 }
 
-TEST_CASE("conformance: sgd_update with momentum, nesterov and weight decay over several steps",
-          "[conformance][sgd]") {
+namespace {
+
+// An optimizer's update (p_new - p_old), not p_new: a wrong step size must not hide under the
+// weights. Each step starts the reference from the device's own state, so that the comparison
+// is of one update at a time. Allowed: two float ulps of p (the roundings of p_old and p_new)
+// plus a relative error of the update itself.
+Tolerance update_tolerance(const std::vector<float>& p_old, double relative) {
+  float max_abs = 0.0f;
+  for (float v : p_old) max_abs = std::max(max_abs, std::abs(v));
+  return {2.0 * double(max_abs) * 1.2e-7, relative};
+}
+
+std::vector<float> difference(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = float(double(a[i]) - double(b[i]));
+  return d;
+}
+
+// What the optimizer tests vary beyond the hyper-parameters.
+struct ControlCase {
+  bool schedule = false;   // a [steps, 2] table of (lr, momentum / beta1)
+  float max_norm = 0.0f;   // > 0: clip the gradient norm
+};
+
+struct DeviceControl {
+  UpdateControl control;
+  reference::HostUpdateControl host;
+  std::vector<float> schedule, sumsq;
+};
+
+DeviceControl make_control(Device& d, const ControlCase& c, const std::vector<float>& grads,
+                           float first_lr, float first_momentum, int steps) {
+  DeviceControl out;
+  if (c.schedule) {
+    for (int t = 0; t < steps; ++t) {
+      out.schedule.push_back(first_lr * (1.0f + 0.5f * float(t)));
+      out.schedule.push_back(first_momentum * (1.0f - 0.05f * float(t)));
+    }
+    out.control.schedule = Tensor::from_host(d, {steps, 2}, out.schedule);
+    out.host.schedule = out.schedule.data();
+    out.host.schedule_rows = steps;
+  }
+  if (c.max_norm > 0.0f) {
+    double s = 0.0;
+    for (float g : grads) s += double(g) * g;
+    out.sumsq = {float(s)};
+    out.control.grad_sumsq = upload(d, out.sumsq);
+    out.control.max_norm = c.max_norm;
+    out.host.grad_sumsq = out.sumsq.data();
+    out.host.max_norm = c.max_norm;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("conformance: sgd_update, its update (p_new - p_old) over several steps: momentum, "
+          "nesterov, weight decay, schedule, clipping", "[conformance][sgd]") {
   std::vector<SgdParams> variants(4);
   variants[0].lr = 0.1f;                                                   // plain SGD
   variants[1].lr = 0.05f; variants[1].momentum = 0.9f;                     // heavy ball
-  variants[2].lr = 0.01f; variants[2].momentum = 0.5f; variants[2].nesterov = true;
-  variants[3].lr = 0.02f; variants[3].momentum = 0.9f; variants[3].weight_decay = 0.01f;
+  variants[2].lr = 0.1f; variants[2].momentum = 0.5f; variants[2].nesterov = true;
+  variants[3].lr = 0.2f; variants[3].momentum = 0.9f; variants[3].weight_decay = 0.01f;
   variants[3].grad_scale = 0.5f;
+  const std::vector<ControlCase> controls = {{}, {true, 0.0f}, {false, 0.5f}, {true, 2.0f}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1200;
     for (int64_t n : {1, 7, 257, 100003})
-      for (const SgdParams& hp : variants) {
-        INFO("sgd n=" << n << " lr=" << hp.lr << " momentum=" << hp.momentum << " nesterov="
-                      << hp.nesterov << " weight_decay=" << hp.weight_decay
-                      << " grad_scale=" << hp.grad_scale);
-        std::vector<float> params = random_floats(size_t(n), ++seed);
-        std::vector<float> momentum(size_t(n), 0.0f);
-        OffsetBuffer dparams(*device, params, 1), dmomentum(*device, momentum, 2);
-        for (int step = 0; step < 3; ++step) {
-          const std::vector<float> grads = random_floats(size_t(n), ++seed);
-          reference::sgd_update(params.data(), grads.data(), momentum.data(), n, hp);
-          OffsetBuffer dgrads(*device, grads, 3);
-          device->sgd_update(dparams.memory(), dgrads.memory(), dmomentum.memory(), n, hp);
+      for (const SgdParams& hp : variants)
+        for (const ControlCase& cc : controls) {
+          if (cc.schedule && hp.momentum == 0.0f) continue;  // a schedule sets momentum
+          INFO("sgd n=" << n << " lr=" << hp.lr << " momentum=" << hp.momentum << " nesterov="
+                        << hp.nesterov << " weight_decay=" << hp.weight_decay << " grad_scale="
+                        << hp.grad_scale << " schedule=" << cc.schedule
+                        << " max_norm=" << cc.max_norm);
+          OffsetBuffer dparams(*device, random_floats(size_t(n), ++seed), 1),
+              dmomentum(*device, std::vector<float>(size_t(n), 0.0f), 2);
+          Tensor dstate = upload(*device, std::vector<uint32_t>{0, 0});
+          for (uint32_t step = 0; step < 4; ++step) {
+            INFO("step " << step);
+            const std::vector<float> grads = random_floats(size_t(n), ++seed);
+            DeviceControl control = make_control(*device, cc, grads, hp.lr, hp.momentum, 3);
+            std::vector<float> params = dparams.values(), momentum = dmomentum.values();
+            const std::vector<float> p_old = params;
+            const std::vector<uint32_t> state = {step, step};
+            reference::sgd_update(params.data(), grads.data(), momentum.data(), n, hp,
+                                  control.host, state.data());
+            OffsetBuffer dgrads(*device, grads, 3);
+            device->sgd_update(dparams.tensor(), dgrads.tensor(), dmomentum.tensor(), hp,
+                               control.control, dstate);
+            device->advance_step(dstate);
+            TRIDENT_CHECK_CLOSE(difference(dparams.values(), p_old), difference(params, p_old),
+                                update_tolerance(p_old, 5e-6));
+            if (hp.momentum != 0.0f)
+              TRIDENT_CHECK_CLOSE(dmomentum.values(), momentum, (Tolerance{1e-6, 1e-5}));
+          }
+          CHECK(dparams.guard_damage() + dmomentum.guard_damage() == 0);
         }
-        TRIDENT_CHECK_CLOSE(dparams.values(), params, (Tolerance{1e-6, 1e-5}));
-        if (hp.momentum != 0.0f)
-          TRIDENT_CHECK_CLOSE(dmomentum.values(), momentum, (Tolerance{1e-6, 1e-5}));
-        CHECK(dparams.guard_damage() + dmomentum.guard_damage() == 0);
-      }
   }
 }
 
-TEST_CASE("conformance: adam_update over several steps reads t from step_state",
-          "[conformance][adam]") {
-  std::vector<AdamParams> variants(2);
-  variants[0].lr = 1e-2f;
-  variants[1].lr = 3e-3f; variants[1].beta1 = 0.8f; variants[1].beta2 = 0.99f;
+TEST_CASE("conformance: adam_update, its update (p_new - p_old) at each step t read from "
+          "step_state: Adam, AdamW, schedule, clipping", "[conformance][adam]") {
+  // Adam's update is about lr in size whatever the weights: small weights keep the float
+  // rounding of p_new - p_old far below a relative error of the update (1e-6 here), so that a
+  // bias correction off by 1e-5 (float cancellation in 1 - beta^t) shows.
+  std::vector<AdamParams> variants(3);
+  variants[0].lr = 1e-3f;
+  variants[1].lr = 3e-4f; variants[1].beta1 = 0.8f; variants[1].beta2 = 0.99f;
   variants[1].weight_decay = 0.05f; variants[1].grad_scale = 0.25f; variants[1].eps = 1e-6f;
+  variants[2].lr = 5e-4f; variants[2].weight_decay = 0.1f; variants[2].decoupled_weight_decay = true;
+  const std::vector<ControlCase> controls = {{}, {true, 0.0f}, {false, 0.5f}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1300;
     for (int64_t n : {1, 7, 257, 100003})
-      for (const AdamParams& hp : variants) {
-        INFO("adam n=" << n << " lr=" << hp.lr << " beta1=" << hp.beta1 << " beta2=" << hp.beta2
-                       << " weight_decay=" << hp.weight_decay << " grad_scale=" << hp.grad_scale);
-        std::vector<float> params = random_floats(size_t(n), ++seed);
-        std::vector<float> m(size_t(n), 0.0f), v(size_t(n), 0.0f);
-        std::vector<uint32_t> state = {0, 0};
-        OffsetBuffer dparams(*device, params, 1), dm(*device, m, 2), dv(*device, v, 3);
-        Tensor dstate = upload(*device, state);
-        for (int step = 0; step < 4; ++step) {
-          const std::vector<float> grads = random_floats(size_t(n), ++seed);
-          reference::adam_update(params.data(), grads.data(), m.data(), v.data(), n, hp,
-                                 state.data());
-          reference::advance_step(state.data());
-          OffsetBuffer dgrads(*device, grads, 0);
-          device->adam_update(dparams.memory(), dgrads.memory(), dm.memory(), dv.memory(), n, hp,
-                              dstate.memory());
-          device->advance_step(dstate.memory());
+      for (const AdamParams& hp : variants)
+        for (const ControlCase& cc : controls) {
+          // Clipping shrinks the gradient towards the L2 term wd * p: their float sum would
+          // cancel, and the update would amplify the cancellation (an ill-conditioned test).
+          if (cc.max_norm > 0.0f && hp.weight_decay != 0.0f && !hp.decoupled_weight_decay)
+            continue;
+          INFO("adam n=" << n << " lr=" << hp.lr << " beta1=" << hp.beta1 << " beta2="
+                         << hp.beta2 << " weight_decay=" << hp.weight_decay << " decoupled="
+                         << hp.decoupled_weight_decay << " grad_scale=" << hp.grad_scale
+                         << " schedule=" << cc.schedule << " max_norm=" << cc.max_norm);
+          OffsetBuffer dparams(*device, random_floats(size_t(n), ++seed, -2e-3f, 2e-3f), 1),
+              dm(*device, std::vector<float>(size_t(n), 0.0f), 2),
+              dv(*device, std::vector<float>(size_t(n), 0.0f), 3);
+          std::vector<uint32_t> state = {0, 0};
+          Tensor dstate = upload(*device, state);
+          // Up to t = 12: 1 - beta^t is far from both 0 and 1, where float cancellation shows.
+          for (int step = 0; step < 12; ++step) {
+            INFO("t " << step + 1);
+            const std::vector<float> grads = random_floats(size_t(n), ++seed);
+            DeviceControl control = make_control(*device, cc, grads, hp.lr, hp.beta1, 12);
+            std::vector<float> params = dparams.values(), m = dm.values(), v = dv.values();
+            const std::vector<float> p_old = params;
+            reference::adam_update(params.data(), grads.data(), m.data(), v.data(), n, hp,
+                                   state.data(), control.host);
+            reference::advance_step(state.data());
+            OffsetBuffer dgrads(*device, grads, 0);
+            device->adam_update(dparams.tensor(), dgrads.tensor(), dm.tensor(), dv.tensor(), hp,
+                                control.control, dstate);
+            device->advance_step(dstate);
+            TRIDENT_CHECK_CLOSE(difference(dparams.values(), p_old), difference(params, p_old),
+                                update_tolerance(p_old, 5e-6));
+            TRIDENT_CHECK_CLOSE(dm.values(), m, (Tolerance{1e-7, 1e-5}));
+            TRIDENT_CHECK_CLOSE(dv.values(), v, (Tolerance{1e-8, 1e-5}));
+          }
+          CHECK(dparams.guard_damage() + dm.guard_damage() + dv.guard_damage() == 0);
         }
-        TRIDENT_CHECK_CLOSE(dparams.values(), params, (Tolerance{2e-6, 1e-5}));
-        TRIDENT_CHECK_CLOSE(dm.values(), m, (Tolerance{1e-7, 1e-5}));
-        TRIDENT_CHECK_CLOSE(dv.values(), v, (Tolerance{1e-8, 1e-5}));
-        CHECK(dparams.guard_damage() + dm.guard_damage() + dv.guard_damage() == 0);
-      }
   }
 }
 
@@ -149,16 +368,23 @@ TEST_CASE("conformance: fill float and int32 buffers at offsets", "[conformance]
       for (float value : {0.0f, 1.5f, -3.25f}) {
         INFO("fill n=" << n << " value=" << value);
         OffsetBuffer buf(*device, std::vector<float>(size_t(n), kNaN), size_t(n % 5));
-        device->fill(buf.memory(), n, value);
+        device->fill(buf.tensor(), value);
         TRIDENT_CHECK_EXACT(buf.values(), std::vector<float>(size_t(n), value));
         CHECK(buf.guard_damage() == 0);
       }
-    // 0.0f also zeroes int32 buffers (step states, argmax).
+    // int32 buffers (step states, argmax) take the value as an integer; 0 zeroes any dtype.
     Tensor ints = upload(*device, std::vector<int32_t>(40, -7));
-    device->fill(ints.memory().at(4 * sizeof(int32_t)), 33, 0.0f);
+    device->fill(ints.view(4, {33}), 0.0f);
     std::vector<int32_t> want(40, -7);
     std::fill(want.begin() + 4, want.begin() + 37, 0);
     TRIDENT_CHECK_EXACT(ints.to_host_i32(), want);
+    device->fill(ints.view(1, {2}), 12.0f);
+    want[1] = want[2] = 12;
+    TRIDENT_CHECK_EXACT(ints.to_host_i32(), want);
+    Tensor bytes = upload(*device, std::vector<uint8_t>(9, 0xFF));
+    device->fill(bytes.view(2, {5}), 0.0f);
+    CHECK(download<uint8_t>(*device, bytes.memory(), 9) ==
+          std::vector<uint8_t>{0xFF, 0xFF, 0, 0, 0, 0, 0, 0xFF, 0xFF});
   }
 }
 
@@ -190,13 +416,13 @@ TEST_CASE("conformance: host copies are ordered with queued ops and free the hos
       INFO("floats " << n);
       const std::vector<float> first = random_floats(n, 1), second = random_floats(n, 2);
       std::vector<float> relu_first(n);
-      reference::relu_forward(first.data(), relu_first.data(), int64_t(n));
+      reference::unary_forward(UnaryOp::relu, first.data(), relu_first.data(), int64_t(n), 0.0f);
       std::vector<float> host = first;
       Tensor x = Tensor::empty(*device, {int64_t(n) + 3});
       Tensor y = Tensor::empty(*device, {int64_t(n)});
       device->copy_from_host(x.memory().at(3 * sizeof(float)), host.data(), n * sizeof(float));
       std::fill(host.begin(), host.end(), kNaN);  // reusable as soon as copy_from_host returns
-      device->relu_forward(x.memory().at(3 * sizeof(float)), y.memory(), int64_t(n));
+      device->unary_forward(UnaryOp::relu, x.view(3, {int64_t(n)}), y);
       // Queued after the relu: the relu must still see the first values.
       device->copy_from_host(x.memory().at(3 * sizeof(float)), second.data(), n * sizeof(float));
       TRIDENT_CHECK_EXACT(y.to_host(), relu_first);
@@ -224,23 +450,21 @@ struct TinyStep {
     momentum = Tensor::zeros(d, {kIn, kOut});
   }
   void run(Device& d) const {
-    d.gather_rows(data.memory(), kIn * sizeof(float), table.memory(), kBatch, state.memory(),
-                  batch.memory());
+    d.gather_rows(data, table, state, batch);
     GemmArgs g;
     g.m = kBatch; g.n = kOut; g.k = kIn;
-    g.a = batch.memory(); g.b = weights.memory(); g.c = out.memory();
-    g.lda = kIn; g.ldb = kOut; g.ldc = kOut; g.relu = true;
+    g.a = batch; g.b = weights; g.c = out;
+    g.activation = UnaryOp::relu;
     d.gemm(g);
-    d.dropout(out.memory(), out.memory(), kBatch * kOut, 1, 0, 0.5f, 9, 1, state.memory());
+    d.dropout(out, out, 1, 0, 0.5f, 9, 1, state);
     GemmArgs gw;  // dW = batch^T out
     gw.trans_a = true; gw.m = kIn; gw.n = kOut; gw.k = kBatch;
-    gw.a = batch.memory(); gw.b = out.memory(); gw.c = grads.memory();
-    gw.lda = kIn; gw.ldb = kOut; gw.ldc = kOut;
+    gw.a = batch; gw.b = out; gw.c = grads;
     d.gemm(gw);
     SgdParams hp;
     hp.lr = 0.1f; hp.momentum = 0.9f;
-    d.sgd_update(weights.memory(), grads.memory(), momentum.memory(), kIn * kOut, hp);
-    d.advance_step(state.memory());
+    d.sgd_update(weights, grads, momentum, hp, {}, state);
+    d.advance_step(state);
   }
 };
 

@@ -1,10 +1,13 @@
-// Op conformance, convolution, pooling and the classification head: conv2d, maxpool2d,
-// log_softmax, nll_loss and count_correct on every device against trident::reference.
+// Op conformance, pooling, normalisation and the classification head: maxpool2d, avgpool2d,
+// batchnorm, log_softmax, nll_loss (label smoothing), log_softmax_nll (and its core default),
+// mse_loss and count_correct on every device against trident::reference.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/reference/reference_ops.h"
@@ -17,12 +20,33 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-int64_t x_count(const Conv2dShape& s) { return s.batch * s.in_channels * s.height * s.width; }
-int64_t w_count(const Conv2dShape& s) {
-  return s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
+Pool2dShape pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,
+                 int64_t sw, int64_t ph = 0, int64_t pw = 0) {
+  Pool2dShape s;
+  s.batch = n; s.channels = c; s.height = h; s.width = w;
+  s.kernel_h = kh; s.kernel_w = kw; s.stride_h = sh; s.stride_w = sw; s.pad_h = ph; s.pad_w = pw;
+  return s;
 }
-int64_t y_count(const Conv2dShape& s) {
-  return s.batch * s.out_channels * s.out_height() * s.out_width();
+
+std::string describe(const Pool2dShape& s) {
+  std::ostringstream o;
+  o << "pool N=" << s.batch << " C=" << s.channels << " H=" << s.height << " W=" << s.width
+    << " kernel=" << s.kernel_h << "x" << s.kernel_w << " stride=" << s.stride_h << "x"
+    << s.stride_w << " pad=" << s.pad_h << "x" << s.pad_w << " relu=" << s.relu;
+  return o.str();
+}
+
+std::vector<Pool2dShape> pool_shapes() {
+  return {
+      pool(1, 1, 2, 2, 2, 2, 2, 2), pool(2, 3, 7, 9, 2, 2, 2, 2),  // odd: last row/col dropped
+      pool(2, 10, 24, 24, 2, 2, 2, 2), pool(1, 1, 5, 5, 3, 3, 2, 2),  // seed CNN; overlapping
+      pool(1, 2, 6, 7, 3, 3, 1, 1), pool(3, 1, 3, 3, 2, 2, 2, 2),  // stride 1; 3x3 -> 1x1
+      pool(64, 20, 8, 8, 2, 2, 2, 2),                              // many planes
+      pool(2, 3, 9, 8, 3, 3, 2, 2, 1, 1),                          // padding (ResNet stem pool)
+      pool(2, 2, 7, 10, 2, 4, 1, 3, 1, 2),                         // rectangular everything
+      pool(4, 16, 7, 7, 7, 7, 1, 1),                               // global pooling
+      pool(3, 5, 1, 1, 1, 1, 1, 1),                                // 1x1 planes
+  };
 }
 
 // Values from a handful of levels, so that pooling windows hold ties and the first maximum counts.
@@ -34,122 +58,26 @@ std::vector<float> values_with_ties(size_t count, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("conformance: conv2d forward and backward, stride, padding, null dx",
-          "[conformance][conv2d]") {
-  std::vector<Conv2dShape> shapes;
-  auto add = [&](int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
-                 int64_t stride, int64_t pad) {
-    shapes.push_back({n, c, h, w, oc, kh, kw, stride, pad});
-  };
-  add(1, 1, 1, 1, 1, 1, 1, 1, 0);      // the smallest
-  add(2, 1, 28, 28, 10, 5, 5, 1, 0);   // seed CNN, first layer
-  add(3, 10, 12, 12, 20, 5, 5, 1, 0);  // seed CNN, second layer
-  add(2, 3, 7, 9, 4, 3, 3, 1, 0);      // odd sizes
-  add(3, 2, 8, 8, 5, 3, 3, 2, 1);      // stride 2, padding 1
-  add(1, 2, 7, 6, 3, 3, 2, 2, 2);      // non-square kernel, padding 2, stride past the edge
-  add(2, 4, 9, 9, 7, 1, 1, 1, 0);      // 1x1
-  add(9, 3, 10, 10, 4, 3, 3, 1, 1);    // a batch split over several threads
-  FOR_EACH_DEVICE(device) {
-    uint32_t seed = 600;
-    for (const Conv2dShape& s : shapes) {
-      INFO("conv2d N=" << s.batch << " C=" << s.in_channels << " H=" << s.height << " W="
-                       << s.width << " OC=" << s.out_channels << " K=" << s.kernel_h << "x"
-                       << s.kernel_w << " stride=" << s.stride << " pad=" << s.padding);
-      const std::vector<float> x = random_floats(size_t(x_count(s)), ++seed);
-      const std::vector<float> w = random_floats(size_t(w_count(s)), ++seed);
-      const std::vector<float> b = random_floats(size_t(s.out_channels), ++seed);
-      const std::vector<float> dy = random_floats(size_t(y_count(s)), ++seed);
-      std::vector<float> y_want(size_t(y_count(s))), dx_want(x.size()), dw_want(w.size()),
-          db_want(b.size());
-      reference::conv2d_forward(s, x.data(), w.data(), b.data(), y_want.data());
-      reference::conv2d_backward(s, x.data(), w.data(), dy.data(), dx_want.data(),
-                                 dw_want.data(), db_want.data());
-
-      const size_t ws_bytes = device->conv2d_workspace_bytes(s);
-      Tensor workspace =
-          Tensor::empty(*device, {int64_t(std::max<size_t>(ws_bytes, 1))}, DType::u8);
-      const size_t off = size_t(seed % 4);  // vary the buffer offsets between shapes
-      OffsetBuffer dx_in(*device, x, off), dw_in(*device, w, off + 1), db_in(*device, b, 2),
-          dy_out(*device, std::vector<float>(y_want.size(), kNaN), off + 3);
-      device->conv2d_forward(s, dx_in.memory(), dw_in.memory(), db_in.memory(), dy_out.memory(),
-                             workspace.memory());
-      const int64_t taps = s.in_channels * s.kernel_h * s.kernel_w;
-      TRIDENT_CHECK_CLOSE(dy_out.values(), y_want, dot_tolerance(*device, taps));
-      CHECK(dy_out.guard_damage() == 0);
-
-      // Gradients start as NaN: backward overwrites them, never accumulates.
-      OffsetBuffer dgrad_y(*device, dy, off + 1),
-          dgrad_x(*device, std::vector<float>(x.size(), kNaN), off),
-          dgrad_w(*device, std::vector<float>(w.size(), kNaN), 3),
-          dgrad_b(*device, std::vector<float>(b.size(), kNaN), off + 2);
-      // Right after the forward: the backend may reuse what it left in the workspace.
-      device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(),
-                              dgrad_x.memory(), dgrad_w.memory(), dgrad_b.memory(),
-                              workspace.memory(), true);
-      const int64_t positions = s.batch * s.out_height() * s.out_width();
-      TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want,
-                          dot_tolerance(*device, s.out_channels * s.kernel_h * s.kernel_w));
-      TRIDENT_CHECK_CLOSE(dgrad_w.values(), dw_want, dot_tolerance(*device, positions));
-      TRIDENT_CHECK_CLOSE(dgrad_b.values(), db_want, dot_tolerance(*device, positions));
-      CHECK(dgrad_x.guard_damage() + dgrad_w.guard_damage() + dgrad_b.guard_damage() == 0);
-
-      // after_forward = false over a workspace full of NaN: everything is recomputed.
-      device->fill(workspace.memory(), int64_t(ws_bytes / sizeof(float)), kNaN);
-      OffsetBuffer dgrad_x2(*device, std::vector<float>(x.size(), kNaN), off + 1);
-      device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(),
-                              dgrad_x2.memory(), dgrad_w.memory(), dgrad_b.memory(),
-                              workspace.memory(), false);
-      TRIDENT_CHECK_CLOSE(dgrad_x2.values(), dx_want,
-                          dot_tolerance(*device, s.out_channels * s.kernel_h * s.kernel_w));
-      TRIDENT_CHECK_CLOSE(dgrad_w.values(), dw_want, dot_tolerance(*device, positions));
-      TRIDENT_CHECK_CLOSE(dgrad_b.values(), db_want, dot_tolerance(*device, positions));
-
-      // The first layer passes a null dx: dw and db must still be right, with the forward's
-      // workspace reused and without it.
-      for (const bool after_forward : {true, false}) {
-        INFO("after_forward " << after_forward);
-        if (after_forward)
-          device->conv2d_forward(s, dx_in.memory(), dw_in.memory(), db_in.memory(),
-                                 dy_out.memory(), workspace.memory());
-        OffsetBuffer dw_only(*device, std::vector<float>(w.size(), kNaN), 1),
-            db_only(*device, std::vector<float>(b.size(), kNaN), 0);
-        device->conv2d_backward(s, dx_in.memory(), dw_in.memory(), dgrad_y.memory(),
-                                DeviceMemory{}, dw_only.memory(), db_only.memory(),
-                                workspace.memory(), after_forward);
-        TRIDENT_CHECK_CLOSE(dw_only.values(), dw_want, dot_tolerance(*device, positions));
-        TRIDENT_CHECK_CLOSE(db_only.values(), db_want, dot_tolerance(*device, positions));
-      }
-      CHECK(dx_in.guard_damage() + dw_in.guard_damage() + dgrad_y.guard_damage() == 0);
-    }
-  }
-}
-
-TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlapping windows",
-          "[conformance][maxpool]") {
-  const std::vector<Pool2dShape> shapes = {
-      {1, 1, 2, 2, 2, 2},   {2, 3, 7, 9, 2, 2},  // odd sizes: the last row and column are dropped
-      {2, 10, 24, 24, 2, 2}, {1, 1, 5, 5, 3, 2},  // seed CNN; 3x3 windows overlapping at stride 2
-      {1, 2, 6, 7, 3, 1},   {3, 1, 3, 3, 2, 2},   // stride 1 (overlaps add in backward); 3x3 -> 1x1
-      {64, 20, 8, 8, 2, 2},                       // many planes: parallel pieces
-  };
+TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlapping windows, "
+          "padding, rectangular windows", "[conformance][maxpool]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 700;
     for (const bool relu : {false, true})
-    for (Pool2dShape s : shapes) {
+    for (Pool2dShape s : pool_shapes()) {
       s.relu = relu;  // with the fused ReLU, windows of negatives give 0 and argmax -1
-      INFO("maxpool N=" << s.batch << " C=" << s.channels << " H=" << s.height << " W=" << s.width
-                        << " kernel=" << s.kernel << " stride=" << s.stride << " relu=" << relu);
+      INFO(describe(s));
       const int64_t in = s.batch * s.channels * s.height * s.width;
       const int64_t out = s.batch * s.channels * s.out_height() * s.out_width();
       const std::vector<float> x = values_with_ties(size_t(in), ++seed);
       std::vector<float> y_want(static_cast<size_t>(out));
       std::vector<int32_t> argmax_want(static_cast<size_t>(out));
       reference::maxpool2d_forward(s, x.data(), y_want.data(), argmax_want.data());
-      if (relu && out >= 64) CHECK(std::count(argmax_want.begin(), argmax_want.end(), -1) > 0);
+      if (relu && out >= 64 && s.kernel_h * s.kernel_w <= 4)
+        CHECK(std::count(argmax_want.begin(), argmax_want.end(), -1) > 0);
 
       OffsetBuffer dx(*device, x, 1), dy(*device, std::vector<float>(size_t(out), kNaN), 2);
       Tensor argmax = Tensor::empty(*device, {out}, DType::i32);
-      device->maxpool2d_forward(s, dx.memory(), dy.memory(), argmax.memory());
+      device->maxpool2d_forward(s, dx.tensor(), dy.tensor(), argmax);
       TRIDENT_CHECK_EXACT(dy.values(), y_want);
       TRIDENT_CHECK_EXACT(argmax.to_host_i32(), argmax_want);
       CHECK(dy.guard_damage() == 0);
@@ -161,7 +89,7 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
       OffsetBuffer dgrad(*device, grad, 3),
           dgrad_x(*device, std::vector<float>(size_t(in), kNaN), 1);
       Tensor argmax_in = upload(*device, argmax_want);
-      device->maxpool2d_backward(s, dgrad.memory(), argmax_in.memory(), dgrad_x.memory());
+      device->maxpool2d_backward(s, dgrad.tensor(), argmax_in, dgrad_x.tensor());
       TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want, (Tolerance{1e-6, 1e-6}));
       CHECK(dgrad_x.guard_damage() == 0);
     }
@@ -183,7 +111,7 @@ TEST_CASE("conformance: log_softmax forward and backward", "[conformance][log_so
       reference::log_softmax_backward(y_want.data(), dy.data(), dx_want.data(), rows, cols);
 
       OffsetBuffer dx(*device, x, 1), dy_out(*device, std::vector<float>(x.size(), kNaN), 2);
-      device->log_softmax_forward(dx.memory(), dy_out.memory(), rows, cols);
+      device->log_softmax_forward(dx.tensor({rows, cols}), dy_out.tensor());
       const std::vector<float> y_got = dy_out.values();
       TRIDENT_CHECK_CLOSE(std::vector<float>(y_got.begin() + cols, y_got.end()),
                           std::vector<float>(y_want.begin() + cols, y_want.end()),
@@ -198,7 +126,7 @@ TEST_CASE("conformance: log_softmax forward and backward", "[conformance][log_so
 
       OffsetBuffer y_in(*device, y_want, 3), grad_in(*device, dy, 0),
           grad_out(*device, std::vector<float>(x.size(), kNaN), 1);
-      device->log_softmax_backward(y_in.memory(), grad_in.memory(), grad_out.memory(), rows, cols);
+      device->log_softmax_backward(y_in.tensor({rows, cols}), grad_in.tensor(), grad_out.tensor());
       TRIDENT_CHECK_CLOSE(grad_out.values(), dx_want,
                           (Tolerance{1e-6 * std::sqrt(double(cols)) + 1e-6, 1e-5}));
       CHECK(grad_out.guard_damage() == 0);
@@ -206,70 +134,108 @@ TEST_CASE("conformance: log_softmax forward and backward", "[conformance][log_so
   }
 }
 
-TEST_CASE("conformance: nll_loss forward (overwrite and accumulate) and backward",
-          "[conformance][nll]") {
+TEST_CASE("conformance: nll_loss forward (overwrite and accumulate) and backward, with label "
+          "smoothing", "[conformance][nll]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 900;
-    for (int64_t rows : {1, 7, 257, 5000})
-      for (int64_t cols : {1, 10, 33}) {
-        INFO("nll rows=" << rows << " cols=" << cols);
-        const std::vector<float> logp = random_floats(size_t(rows * cols), ++seed, -8.0f, 0.0f);
-        const std::vector<int32_t> labels = random_labels(size_t(rows), int32_t(cols), ++seed);
-        Tensor dlogp = Tensor::from_host(*device, {rows * cols}, logp);
-        Tensor dlabels = upload(*device, labels);
-        for (bool accumulate : {false, true}) {
-          std::vector<float> want = {accumulate ? 2.5f : kNaN};
-          reference::nll_loss_forward(logp.data(), labels.data(), rows, cols, want.data(),
-                                      accumulate);
-          OffsetBuffer loss(*device, {accumulate ? 2.5f : kNaN}, 3);
-          device->nll_loss_forward(dlogp.memory(), dlabels.memory(), rows, cols, loss.memory(),
-                                   accumulate);
-          INFO("accumulate=" << accumulate);
-          TRIDENT_CHECK_CLOSE(loss.values(), want, (Tolerance{1e-6, 1e-5}));
-          CHECK(loss.guard_damage() == 0);
+    for (const float smoothing : {0.0f, 0.1f})
+      for (int64_t rows : {1, 7, 257, 5000})
+        for (int64_t cols : {1, 10, 33}) {
+          INFO("nll rows=" << rows << " cols=" << cols << " smoothing=" << smoothing);
+          const std::vector<float> logp = random_floats(size_t(rows * cols), ++seed, -8.0f, 0.0f);
+          const std::vector<int32_t> labels = random_labels(size_t(rows), int32_t(cols), ++seed);
+          Tensor dlogp = Tensor::from_host(*device, {rows, cols}, logp);
+          Tensor dlabels = upload(*device, labels);
+          for (bool accumulate : {false, true}) {
+            std::vector<float> want = {accumulate ? 2.5f : kNaN};
+            reference::nll_loss_forward(logp.data(), labels.data(), rows, cols, want.data(),
+                                        accumulate, smoothing);
+            OffsetBuffer loss(*device, {accumulate ? 2.5f : kNaN}, 3);
+            device->nll_loss_forward(dlogp, dlabels, loss.tensor(), accumulate, smoothing);
+            INFO("accumulate=" << accumulate);
+            TRIDENT_CHECK_CLOSE(loss.values(), want, (Tolerance{1e-6, 1e-5}));
+            CHECK(loss.guard_damage() == 0);
+          }
+          const float scale = 1.0f / float(rows);
+          std::vector<float> grad_want(size_t(rows * cols));
+          reference::nll_loss_backward(labels.data(), rows, cols, scale, grad_want.data(),
+                                       smoothing);
+          OffsetBuffer grad(*device, std::vector<float>(grad_want.size(), kNaN), 2);
+          device->nll_loss_backward(dlabels, grad.tensor({rows, cols}), scale, smoothing);
+          TRIDENT_CHECK_CLOSE(grad.values(), grad_want, kElementwise);
+          CHECK(grad.guard_damage() == 0);
         }
-        const float scale = 1.0f / float(rows);
-        std::vector<float> grad_want(size_t(rows * cols));
-        reference::nll_loss_backward(labels.data(), rows, cols, scale, grad_want.data());
-        OffsetBuffer grad(*device, std::vector<float>(grad_want.size(), kNaN), 2);
-        device->nll_loss_backward(dlabels.memory(), rows, cols, scale, grad.memory());
-        TRIDENT_CHECK_EXACT(grad.values(), grad_want);
-        CHECK(grad.guard_damage() == 0);
-      }
   }
 }
 
-TEST_CASE("conformance: log_softmax_nll, the fused training head (one launch and large heads)",
-          "[conformance][log_softmax_nll]") {
+TEST_CASE("conformance: log_softmax_nll, the fused training head (one launch and large heads), "
+          "label smoothing, and its core default", "[conformance][log_softmax_nll]") {
   // 2048 rows is the one-work-group limit of the GPU backends; 2049 and 5000 take their
   // spread-out path (separate loss launch).
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 1}, {7, 10}, {200, 10}, {33, 257}, {3, 1000}, {2048, 10}, {2049, 3}, {5000, 10}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1800;
-    for (const auto& [rows, cols] : shapes)
-      for (bool accumulate : {false, true}) {
-        INFO("log_softmax_nll rows=" << rows << " cols=" << cols << " accumulate=" << accumulate);
-        std::vector<float> x = random_floats(size_t(rows * cols), ++seed, -20.0f, 20.0f);
-        for (int64_t c = 0; c < cols; ++c) x[size_t(c)] += 1e4f;  // a naive exp would overflow
-        const std::vector<int32_t> labels = random_labels(size_t(rows), int32_t(cols), ++seed);
-        const float grad_scale = 0.75f / float(rows);
-        std::vector<float> y_want(x.size()), dx_want(x.size()), loss_want{2.5f};
-        reference::log_softmax_nll(x.data(), labels.data(), rows, cols, grad_scale,
-                                   y_want.data(), loss_want.data(), accumulate, dx_want.data());
+    for (const bool core_default : {false, true})
+      for (const float smoothing : {0.0f, 0.1f})
+        for (const auto& [rows, cols] : shapes)
+          for (bool accumulate : {false, true}) {
+            INFO("log_softmax_nll rows=" << rows << " cols=" << cols << " accumulate="
+                                         << accumulate << " smoothing=" << smoothing
+                                         << " core_default=" << core_default);
+            std::vector<float> x = random_floats(size_t(rows * cols), ++seed, -20.0f, 20.0f);
+            for (int64_t c = 0; c < cols; ++c) x[size_t(c)] += 1e4f;  // a naive exp overflows
+            const std::vector<int32_t> labels = random_labels(size_t(rows), int32_t(cols), ++seed);
+            const float grad_scale = 0.75f / float(rows);
+            std::vector<float> y_want(x.size()), dx_want(x.size()), loss_want{2.5f};
+            reference::log_softmax_nll(x.data(), labels.data(), rows, cols, grad_scale,
+                                       smoothing, y_want.data(), loss_want.data(), accumulate,
+                                       dx_want.data());
 
-        OffsetBuffer dx_in(*device, x, 1), y(*device, std::vector<float>(x.size(), kNaN), 2),
-            dx(*device, std::vector<float>(x.size(), kNaN), 3),
-            loss(*device, {accumulate ? 2.5f : kNaN}, 1);
-        Tensor dlabels = upload(*device, labels);
-        device->log_softmax_nll(dx_in.memory(), dlabels.memory(), rows, cols, grad_scale,
-                                y.memory(), loss.memory(), accumulate, dx.memory());
-        TRIDENT_CHECK_CLOSE(y.values(), y_want, (Tolerance{2e-5, 1e-5}));
-        TRIDENT_CHECK_CLOSE(loss.values(), loss_want, (Tolerance{1e-5, 1e-5}));
-        TRIDENT_CHECK_CLOSE(dx.values(), dx_want, (Tolerance{3e-5 * grad_scale, 3e-5}));
-        CHECK(y.guard_damage() + dx.guard_damage() + loss.guard_damage() +
-                  dx_in.guard_damage() == 0);
-      }
+            OffsetBuffer dx_in(*device, x, 1), y(*device, std::vector<float>(x.size(), kNaN), 2),
+                dx(*device, std::vector<float>(x.size(), kNaN), 3),
+                loss(*device, {accumulate ? 2.5f : kNaN}, 1);
+            Tensor dlabels = upload(*device, labels);
+            if (core_default)
+              defaults::log_softmax_nll(*device, dx_in.tensor({rows, cols}), dlabels, grad_scale,
+                                        smoothing, y.tensor({rows, cols}), loss.tensor(),
+                                        accumulate, dx.tensor({rows, cols}));
+            else
+              device->log_softmax_nll(dx_in.tensor({rows, cols}), dlabels, grad_scale, smoothing,
+                                      y.tensor(), loss.tensor(), accumulate, dx.tensor());
+            TRIDENT_CHECK_CLOSE(y.values(), y_want, (Tolerance{2e-5, 1e-5}));
+            TRIDENT_CHECK_CLOSE(loss.values(), loss_want, (Tolerance{1e-5, 1e-5}));
+            TRIDENT_CHECK_CLOSE(dx.values(), dx_want, (Tolerance{3e-5 * grad_scale, 3e-5}));
+            CHECK(y.guard_damage() + dx.guard_damage() + loss.guard_damage() +
+                      dx_in.guard_damage() == 0);
+          }
+  }
+}
+
+TEST_CASE("conformance: mse_loss against one-hot labels, loss and gradient",
+          "[conformance][mse]") {
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 1900;
+    for (int64_t rows : {1, 7, 257, 3000})
+      for (int64_t cols : {1, 10, 33})
+        for (const bool accumulate : {false, true})
+          for (const bool with_grad : {true, false}) {
+            INFO("mse rows=" << rows << " cols=" << cols << " accumulate=" << accumulate
+                             << " with_grad=" << with_grad);
+            const std::vector<float> x = random_floats(size_t(rows * cols), ++seed, -2.0f, 2.0f);
+            const std::vector<int32_t> labels = random_labels(size_t(rows), int32_t(cols), ++seed);
+            const float grad_scale = 1.0f / float(rows);
+            std::vector<float> loss_want{accumulate ? 1.5f : kNaN}, dx_want(x.size());
+            reference::mse_loss(x.data(), labels.data(), rows, cols, grad_scale, loss_want.data(),
+                                accumulate, dx_want.data());
+            OffsetBuffer dxin(*device, x, 2), loss(*device, {accumulate ? 1.5f : kNaN}, 1),
+                dx(*device, std::vector<float>(x.size(), kNaN), 3);
+            device->mse_loss(dxin.tensor({rows, cols}), upload(*device, labels), grad_scale,
+                             loss.tensor(), accumulate, with_grad ? dx.tensor() : Tensor());
+            TRIDENT_CHECK_CLOSE(loss.values(), loss_want, (Tolerance{1e-6, 1e-5}));
+            if (with_grad) TRIDENT_CHECK_CLOSE(dx.values(), dx_want, kElementwise);
+            CHECK(loss.guard_damage() + dx.guard_damage() == 0);
+          }
   }
 }
 
@@ -294,12 +260,118 @@ TEST_CASE("conformance: count_correct counts the first maximum, ties included",
         }
         std::vector<float> want = {3.0f};
         reference::count_correct(scores.data(), labels.data(), rows, cols, want.data());
-        Tensor dscores = Tensor::from_host(*device, {rows * cols}, scores);
+        Tensor dscores = Tensor::from_host(*device, {rows, cols}, scores);
         Tensor dlabels = upload(*device, labels);
         OffsetBuffer correct(*device, {3.0f}, 1);  // count_correct adds to what is there
-        device->count_correct(dscores.memory(), dlabels.memory(), rows, cols, correct.memory());
+        device->count_correct(dscores, dlabels, correct.tensor());
         TRIDENT_CHECK_EXACT(correct.values(), want);
         CHECK(correct.guard_damage() == 0);
       }
+  }
+}
+
+TEST_CASE("conformance: avgpool2d forward and backward, padding counted, global pooling",
+          "[conformance][avgpool]") {
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 1950;
+    for (const Pool2dShape& s : pool_shapes()) {
+      INFO(describe(s));
+      const std::vector<float> x = random_floats(size_t(s.input_numel()), ++seed);
+      std::vector<float> y_want(size_t(s.output_numel()));
+      reference::avgpool2d_forward(s, x.data(), y_want.data());
+      OffsetBuffer dx(*device, x, 1), dy(*device, std::vector<float>(y_want.size(), kNaN), 2);
+      device->avgpool2d_forward(s, dx.tensor(), dy.tensor());
+      const double window = double(s.kernel_h * s.kernel_w);
+      TRIDENT_CHECK_CLOSE(dy.values(), y_want, (Tolerance{1e-6 * std::sqrt(window) + 1e-7, 1e-6}));
+      CHECK(dy.guard_damage() == 0);
+
+      const std::vector<float> grad = random_floats(y_want.size(), ++seed);
+      std::vector<float> dx_want(x.size());
+      reference::avgpool2d_backward(s, grad.data(), dx_want.data());
+      OffsetBuffer dgrad(*device, grad, 3), dgrad_x(*device, std::vector<float>(x.size(), kNaN), 0);
+      device->avgpool2d_backward(s, dgrad.tensor(), dgrad_x.tensor());
+      TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want, (Tolerance{1e-6, 1e-6}));
+      CHECK(dgrad_x.guard_damage() == 0);
+    }
+  }
+}
+
+TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward, with and "
+          "without affine parameters, BatchNorm1d and 2d shapes", "[conformance][batchnorm]") {
+  struct Case {
+    int64_t outer, channels, inner;
+  };
+  const std::vector<Case> cases = {{2, 1, 1},    {7, 3, 5},     {256, 32, 49}, {16, 64, 196},
+                                   {200, 50, 1}, {3, 128, 49},  {1, 4, 9},     {5000, 2, 1}};
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 2000;
+    for (const Case& c : cases)
+      for (const bool affine : {true, false})
+        for (const bool training : {true, false}) {
+          BatchNormShape s;
+          s.outer = c.outer; s.channels = c.channels; s.inner = c.inner;
+          s.momentum = 0.1f; s.eps = 1e-5f;
+          INFO("batchnorm outer=" << c.outer << " channels=" << c.channels << " inner="
+                                  << c.inner << " affine=" << affine << " training=" << training);
+          const size_t n = size_t(s.numel()), ch = size_t(c.channels);
+          // Inputs with a large common offset: E[x^2] - E[x]^2 in float would lose the variance.
+          std::vector<float> x = random_floats(n, ++seed, -1.0f, 1.0f);
+          for (size_t i = 0; i < n; ++i) x[i] = 3.0f * x[i] + 40.0f + float((i / size_t(c.inner)) % ch);
+          const std::vector<float> gamma = random_floats(ch, ++seed, 0.5f, 1.5f);
+          const std::vector<float> beta = random_floats(ch, ++seed);
+          std::vector<float> rmean = random_floats(ch, ++seed, 35.0f, 45.0f);
+          std::vector<float> rvar = random_floats(ch, ++seed, 5.0f, 15.0f);
+          std::vector<float> y_want(n), mean_want(ch, kNaN), invstd_want(ch, kNaN);
+          std::vector<float> rmean_want = rmean, rvar_want = rvar;
+          reference::batchnorm_forward(s, training, x.data(), affine ? gamma.data() : nullptr,
+                                       affine ? beta.data() : nullptr, rmean_want.data(),
+                                       rvar_want.data(), y_want.data(), mean_want.data(),
+                                       invstd_want.data());
+          OffsetBuffer dx(*device, x, 1), dgamma(*device, gamma, 2), dbeta(*device, beta, 0),
+              drmean(*device, rmean, 3), drvar(*device, rvar, 1),
+              dy(*device, std::vector<float>(n, kNaN), 2),
+              dmean(*device, std::vector<float>(ch, kNaN), 1),
+              dinvstd(*device, std::vector<float>(ch, kNaN), 0);
+          device->batchnorm_forward(s, training, dx.tensor(), affine ? dgamma.tensor() : Tensor(),
+                                    affine ? dbeta.tensor() : Tensor(), drmean.tensor(),
+                                    drvar.tensor(), dy.tensor(), dmean.tensor(), dinvstd.tensor());
+          const double terms = double(c.outer * c.inner);
+          TRIDENT_CHECK_CLOSE(dy.values(), y_want, (Tolerance{2e-5, 1e-5}));
+          TRIDENT_CHECK_CLOSE(drmean.values(), rmean_want, (Tolerance{1e-5, 1e-6}));
+          TRIDENT_CHECK_CLOSE(drvar.values(), rvar_want, (Tolerance{1e-5, 1e-5}));
+          CHECK(dy.guard_damage() + drmean.guard_damage() + drvar.guard_damage() == 0);
+          if (!training) continue;
+          TRIDENT_CHECK_CLOSE(dmean.values(), mean_want, (Tolerance{2e-6, 1e-6}));
+          TRIDENT_CHECK_CLOSE(dinvstd.values(), invstd_want, (Tolerance{1e-7, 2e-5}));
+
+          // Backward from the reference's saved statistics, so that it is judged on its own.
+          const std::vector<float> grad = random_floats(n, ++seed);
+          std::vector<float> dx_want(n), dgamma_want(ch), dbeta_want(ch);
+          reference::batchnorm_backward(s, x.data(), grad.data(), affine ? gamma.data() : nullptr,
+                                        mean_want.data(), invstd_want.data(), dx_want.data(),
+                                        affine ? dgamma_want.data() : nullptr,
+                                        affine ? dbeta_want.data() : nullptr);
+          OffsetBuffer dgrad(*device, grad, 3), dgrad_x(*device, std::vector<float>(n, kNaN), 1),
+              ddgamma(*device, std::vector<float>(ch, kNaN), 2),
+              ddbeta(*device, std::vector<float>(ch, kNaN), 0);
+          device->batchnorm_backward(s, dx.tensor(), dgrad.tensor(),
+                                     affine ? dgamma.tensor() : Tensor(),
+                                     upload(*device, mean_want), upload(*device, invstd_want),
+                                     dgrad_x.tensor(), affine ? ddgamma.tensor() : Tensor(),
+                                     affine ? ddbeta.tensor() : Tensor());
+          TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want, (Tolerance{1e-5, 1e-4}));
+          if (affine) {
+            TRIDENT_CHECK_CLOSE(ddgamma.values(), dgamma_want,
+                                (Tolerance{2e-6 * terms + 1e-6, 1e-5}));
+            TRIDENT_CHECK_CLOSE(ddbeta.values(), dbeta_want, (Tolerance{2e-7 * terms + 1e-6, 1e-5}));
+          }
+          CHECK(dgrad_x.guard_damage() + ddgamma.guard_damage() + ddbeta.guard_damage() == 0);
+          // In place: dx over dy.
+          device->batchnorm_backward(s, dx.tensor(), dgrad.tensor(),
+                                     affine ? dgamma.tensor() : Tensor(),
+                                     upload(*device, mean_want), upload(*device, invstd_want),
+                                     dgrad.tensor(), Tensor(), Tensor());
+          TRIDENT_CHECK_CLOSE(dgrad.values(), dx_want, (Tolerance{1e-5, 1e-4}));
+        }
   }
 }

@@ -22,19 +22,24 @@ struct GemmCase {
   bool relu = false;
   int64_t pad = 0;        // extra stored columns of A, B and C (lda > cols)
   size_t offset = 0;      // floats before each operand in its allocation
+  UnaryOp activation = UnaryOp::identity;  // an epilogue other than ReLU (relu == false)
+  bool packed_as_zero = false;  // pass lda/ldb/ldc = 0 (the front fills in the packed stride)
 };
 
 inline std::string describe(const GemmCase& c, bool ta, bool tb) {
   std::ostringstream s;
   s << "gemm ta=" << ta << " tb=" << tb << " m=" << c.m << " n=" << c.n << " k=" << c.k
     << " alpha=" << c.alpha << " beta=" << c.beta << " bias=" << int(c.bias) << " relu=" << c.relu
-    << " pad=" << c.pad << " offset=" << c.offset;
+    << " pad=" << c.pad << " offset=" << c.offset << " activation="
+    << unary_op_name(c.activation) << " packed_as_zero=" << c.packed_as_zero;
   return s.str();
 }
 
-// Runs one GEMM on the device and on the reference; C (padding included) must agree and the
-// guard floats around every operand must be untouched.
-inline void check_gemm(Device& d, const GemmCase& c, bool ta, bool tb, uint32_t seed) {
+// Runs one GEMM on the device (through Device::gemm, or the core default of the fused slot when
+// `through_default`) and on the reference; C (padding included) must agree and the guard floats
+// around every operand must be untouched.
+inline void check_gemm(Device& d, const GemmCase& c, bool ta, bool tb, uint32_t seed,
+                       bool through_default = false) {
   INFO(describe(c, ta, tb));
   const int64_t a_rows = ta ? c.k : c.m, a_cols = ta ? c.m : c.k;
   const int64_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
@@ -54,7 +59,8 @@ inline void check_gemm(Device& d, const GemmCase& c, bool ta, bool tb, uint32_t 
   h.a = a.data(); h.b = b.data(); h.c = want.data();
   h.lda = lda; h.ldb = ldb; h.ldc = ldc;
   h.bias = c.bias == BiasKind::none ? nullptr : bias.data();
-  h.bias_kind = c.bias; h.relu = c.relu;
+  h.bias_kind = c.bias;
+  h.activation = c.relu ? UnaryOp::relu : c.activation;
   reference::gemm(h);
 
   OffsetBuffer da(d, a, c.offset), db(d, b, c.offset + 1), dc(d, c0, c.offset + 2),
@@ -62,11 +68,19 @@ inline void check_gemm(Device& d, const GemmCase& c, bool ta, bool tb, uint32_t 
   GemmArgs g;
   g.trans_a = ta; g.trans_b = tb; g.m = c.m; g.n = c.n; g.k = c.k;
   g.alpha = c.alpha; g.beta = c.beta;
-  g.a = da.memory(); g.b = db.memory(); g.c = dc.memory();
-  g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-  if (c.bias != BiasKind::none) g.bias = dbias.memory();
-  g.bias_kind = c.bias; g.relu = c.relu;
-  d.gemm(g);
+  g.a = da.tensor(); g.b = db.tensor(); g.c = dc.tensor();
+  if (!(c.packed_as_zero && c.pad == 0)) {
+    g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+  }
+  if (c.bias != BiasKind::none) g.bias = dbias.tensor();
+  g.bias_kind = c.bias;
+  g.activation = c.relu ? UnaryOp::relu : c.activation;
+  if (through_default) {
+    g.lda = lda; g.ldb = ldb; g.ldc = ldc;  // the front fills these before the slot runs
+    defaults::gemm_fused(d, g);
+  } else {
+    d.gemm(g);
+  }
 
   Tolerance tol = dot_tolerance(d, c.k);
   tol.abs *= std::abs(c.alpha) + std::abs(c.beta) + 1.0;

@@ -3,6 +3,8 @@
 // replay, capture fallback, and the cuBLASLt epilogue with misaligned operands.
 #include <catch2/catch.hpp>
 
+#include "core/allocator.h"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -72,7 +74,7 @@ TEST_CASE("cuda: an impossible allocation is OutOfMemory naming requested and fr
   for (Device* d : cuda_devices()) {
     const size_t huge = size_t(1) << 50;  // 1 PiB
     try {
-      d->raw_allocate(huge);
+      d->allocator().allocate(huge);
       FAIL("allocating 1 PiB succeeded");
     } catch (const OutOfMemory& e) {
       CHECK_THAT(e.what(), Contains(std::to_string(huge)));
@@ -91,8 +93,8 @@ TEST_CASE("cuda: a captured step replays with fresh on-device state", "[cuda][ca
     Tensor acc = Tensor::zeros(*d, {3});
     Tensor state = Tensor::zeros(*d, {2}, DType::i32);
     auto step = [&] {
-      d->axpby(x.memory(), acc.memory(), 3, 2.0f, 1.0f);  // acc += 2x
-      d->advance_step(state.memory());
+      d->axpby(x, acc, 2.0f, 1.0f);  // acc += 2x
+      d->advance_step(state);
     };
     step();  // eager
     auto captured = d->capture(step);
@@ -111,11 +113,11 @@ TEST_CASE("cuda: a step that fails during capture gives nullptr and leaves the s
   for (Device* d : cuda_devices()) {
     Tensor y = Tensor::zeros(*d, {2});
     auto captured = d->capture([&] {
-      d->fill(y.memory(), 2, 5.0f);
+      d->fill(y, 5.0f);
       throw ShapeError("planted failure");
     });
     CHECK_FALSE(captured);
-    d->fill(y.memory(), 2, 7.0f);  // eager work runs normally afterwards
+    d->fill(y, 7.0f);  // eager work runs normally afterwards
     CHECK(read(*d, y.memory(), 2) == std::vector<float>{7.f, 7.f});
   }
 }
@@ -148,12 +150,12 @@ TEST_CASE("cuda: GEMM with fused bias and ReLU at unaligned offsets matches a pl
       Tensor tc = Tensor::zeros(*d, {1 + M * N});
       GemmArgs g;
       g.m = M; g.n = N; g.k = K;
-      g.a = ta.memory().at(4); g.lda = K;
-      g.b = tb.memory().at(4); g.ldb = N;
-      g.c = tc.memory().at(4); g.ldc = N;
-      g.bias = tbias.memory().at(pad * sizeof(float));
+      g.a = ta.view(1, {M * K}); g.lda = K;
+      g.b = tb.view(1, {K * N}); g.ldb = N;
+      g.c = tc.view(1, {M * N}); g.ldc = N;
+      g.bias = tbias.view(int64_t(pad), {N});
       g.bias_kind = BiasKind::per_column;
-      g.relu = true;
+      g.activation = UnaryOp::relu;
       d->gemm(g);
       const std::vector<float> got = read(*d, tc.memory().at(4), size_t(M * N));
       for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - expected[i]) < 1e-5f);

@@ -287,7 +287,7 @@ TEST_CASE("data parallel: NCCL bucketed sums run beside later work and join befo
       for (float& v : expected) v *= float(gpus.size());  // the sum of identical sums
     collective->start_all_reduce_sum(range(n / 2), n - n / 2);  // the tail first, as backward
     for (size_t d = 0; d < gpus.size(); ++d)  // other work on the compute stream meanwhile
-      gpus[d]->fill(others[d].memory(), n, float(round + 1));
+      gpus[d]->fill(others[d], float(round + 1));
     collective->start_all_reduce_sum(range(0), n / 2);
     collective->finish_all_reduces();
     for (size_t d = 0; d < gpus.size(); ++d) {

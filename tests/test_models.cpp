@@ -80,7 +80,7 @@ TEST_CASE("models: network gradients match finite differences on every device", 
       Tensor step_state = Tensor::zeros(d, {2}, DType::i32);
       StepContext ctx;
       ctx.device = &d;
-      ctx.step_state = step_state.memory();
+      ctx.step_state = step_state;
       ctx.seed = 3;
       NLLLoss nll;
       auto loss_at = [&](const std::vector<float>& params) {
@@ -130,7 +130,7 @@ TEST_CASE("models: forward_nll (the fused head) equals forward + NLLLoss + backw
       Tensor step_state = Tensor::zeros(d, {2}, DType::i32);
       StepContext ctx;
       ctx.device = &d;
-      ctx.step_state = step_state.memory();
+      ctx.step_state = step_state;
       ctx.seed = 3;
       // Two identical networks: one through the separate ops, one through forward_nll. The
       // loss accumulates onto 1.5 and the gradient is scaled, as data-parallel training does.
@@ -168,8 +168,7 @@ TEST_CASE("models: the CPU's fused head rejects a label outside the classes and 
   Tensor y = Tensor::from_host(d, {2, 3}, std::vector<float>(6, -7.0f));
   Tensor dx = Tensor::from_host(d, {2, 3}, std::vector<float>(6, -7.0f));
   Tensor loss = Tensor::from_host(d, {1}, std::vector<float>{1.25f});
-  CHECK_THROWS_WITH(d.log_softmax_nll(x.memory(), labels.memory(), 2, 3, 0.5f, y.memory(),
-                                      loss.memory(), true, dx.memory()),
+  CHECK_THROWS_WITH(d.log_softmax_nll(x, labels, 0.5f, 0.0f, y, loss, true, dx),
                     Catch::Contains("label 3 in row 1 is outside [0, 3)"));
   CHECK(loss.to_host() == std::vector<float>{1.25f});
   CHECK(y.to_host() == std::vector<float>(6, -7.0f));

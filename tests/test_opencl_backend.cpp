@@ -6,6 +6,8 @@
 // backend's internals (TRIDENT_HAVE_OPENCL); the rest works through the Device interface.
 #include <catch2/catch.hpp>
 
+#include "core/allocator.h"
+
 #include <array>
 
 #include <sys/stat.h>
@@ -129,13 +131,12 @@ TEST_CASE("opencl cache child: run one kernel", "[.opencl-cache-child]") {
   Device* device = first_opencl_device();
   REQUIRE(device != nullptr);
   const float input[4] = {-1.0f, 2.0f, -3.0f, 4.0f};
-  void* buffer = device->raw_allocate(2 * sizeof input);
-  const DeviceMemory x{buffer, 0}, y{buffer, sizeof input};
-  device->copy_from_host(x, input, sizeof input);
-  device->relu_forward(x, y, 4);
+  Tensor buffer = Tensor::empty(*device, {8});
+  const Tensor x = buffer.view(0, {4}), y = buffer.view(4, {4});
+  x.copy_from_host(input, sizeof input);
+  device->unary_forward(UnaryOp::relu, x, y);
   float output[4] = {};
-  device->copy_to_host(output, y, sizeof output);
-  device->raw_free(buffer);
+  y.to_host(output, sizeof output);
   REQUIRE(output[0] == 0.0f);
   REQUIRE(output[3] == 4.0f);
   std::string counts;
@@ -297,15 +298,14 @@ TEST_CASE("opencl: a failed call names the call, file, line, device and error",
           "[opencl][errors]") {
   Device* device = first_opencl_device();
   if (!device) return;
-  void* small = device->raw_allocate(256);
+  Tensor small = Tensor::empty(*device, {64});
   std::vector<unsigned char> host(1 << 20);
   std::string message;
   try {
-    device->copy_to_host(host.data(), DeviceMemory{small, 0}, host.size());  // reads past the end
+    device->copy_to_host(host.data(), small.memory(), host.size());  // reads past the end
   } catch (const BackendError& e) {
     message = e.what();
   }
-  device->raw_free(small);
   INFO(message);
   CHECK(message.find("clEnqueueReadBuffer(") != std::string::npos);
   CHECK(message.find("CL_INVALID_VALUE (-30)") != std::string::npos);
@@ -315,7 +315,7 @@ TEST_CASE("opencl: a failed call names the call, file, line, device and error",
   // More than the whole device is an OutOfMemory that says what the device has, also on drivers
   // that allocate lazily (NVIDIA's accepts any size until first use).
   const size_t too_much = device->info().memory_bytes * 4;
-  CHECK_THROWS_WITH(device->raw_allocate(too_much),
+  CHECK_THROWS_WITH(device->allocator().allocate(too_much),
                     Catch::Contains("cannot allocate " + std::to_string(too_much)) &&
                         Catch::Contains(device->info().id()));
 }
@@ -543,7 +543,7 @@ TEST_CASE("opencl: a captured split-K GEMM still replays right after a larger on
                       const Tensor& c) {
     GemmArgs g;
     g.m = m, g.n = n, g.k = k;
-    g.a = a.memory(), g.b = b.memory(), g.c = c.memory();
+    g.a = a, g.b = b, g.c = c;
     g.lda = k, g.ldb = n, g.ldc = n;
     device->gemm(g);
   };
@@ -568,7 +568,7 @@ TEST_CASE("opencl: a captured split-K GEMM still replays right after a larger on
   auto large = operands(64, 64, 32);
   run_gemm(64, 64, 32, large[0], large[1], large[2]);  // needs a larger scratch
   CHECK(large[2].to_host() == expected(64, 64, 32));
-  device->fill(small[2].memory(), 64, -1.0f);
+  device->fill(small[2], -1.0f);
   work->replay();
   CHECK(small[2].to_host() == expected(8, 8, 16));
 }

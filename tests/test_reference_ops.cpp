@@ -27,7 +27,8 @@ std::vector<float> run_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
   ref::HostGemmArgs g;
   g.trans_a = ta; g.trans_b = tb; g.m = m; g.n = n; g.k = k; g.alpha = alpha; g.beta = beta;
   g.a = a.data(); g.b = b.data(); g.c = c.data(); g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-  g.bias = bias ? bias->data() : nullptr; g.bias_kind = kind; g.relu = relu;
+  g.bias = bias ? bias->data() : nullptr; g.bias_kind = kind;
+  g.activation = relu ? UnaryOp::relu : UnaryOp::identity;
   ref::gemm(g);
   return c;
 }
@@ -113,10 +114,24 @@ TEST_CASE("reference: sum_rows, axpby, relu, fill, advance_step by hand", "[refe
   CHECK(y == Floats{-1, 0});
 
   Floats r(3), dr(3);
-  ref::relu_forward(Floats{-1, 0, 2}.data(), r.data(), 3);
+  ref::unary_forward(UnaryOp::relu, Floats{-1, 0, 2}.data(), r.data(), 3, 0.0f);
   CHECK(r == Floats{0, 0, 2});
-  ref::relu_backward(r.data(), Floats{5, 6, 7}.data(), dr.data(), 3);
+  ref::unary_backward(UnaryOp::relu, nullptr, r.data(), Floats{5, 6, 7}.data(), dr.data(), 3,
+                      0.0f);
   CHECK(dr == Floats{0, 0, 7});  // y == 0 passes no gradient
+  ref::unary_forward(UnaryOp::leaky_relu, Floats{-1, 0, 2}.data(), r.data(), 3, 0.5f);
+  CHECK(r == Floats{-0.5f, 0, 2});
+  ref::unary_forward(UnaryOp::tanh, Floats{0, 1}.data(), r.data(), 2, 0.0f);
+  CHECK(r[1] == Approx(0.7615941559557649));
+  ref::unary_forward(UnaryOp::sigmoid, Floats{0, 2}.data(), r.data(), 2, 0.0f);
+  CHECK(r[0] == 0.5f);
+  CHECK(r[1] == Approx(0.8807970779778823));
+  ref::unary_forward(UnaryOp::gelu, Floats{1, -1}.data(), r.data(), 2, 0.0f);
+  CHECK(r[0] == Approx(0.8413447460685429));  // torch.nn.functional.gelu(torch.tensor(1.))
+  CHECK(r[1] == Approx(-0.15865525393145707));
+  ref::unary_backward(UnaryOp::gelu, Floats{1}.data(), nullptr, Floats{1}.data(), dr.data(), 1,
+                      0.0f);
+  CHECK(dr[0] == Approx(1.0833154705876864));  // d/dx x Phi(x) at 1 = Phi(1) + phi(1)
 
   Floats f(3, 1.0f);
   ref::fill(f.data(), 2, -2.5f);
@@ -176,7 +191,7 @@ TEST_CASE("reference: dropout keeps 1-p, scales by 1/(1-p), groups channels, mov
 TEST_CASE("reference: conv2d by hand, with and without padding and stride", "[reference][conv2d]") {
   const Floats x = {1, 2, 3, 4, 5, 6, 7, 8, 9};  // one 3x3 plane
   const Floats w = {1, 0, 0, -1}, b = {0.5f};    // y = x[i][j] - x[i+1][j+1] + 0.5
-  Conv2dShape s{1, 1, 3, 3, 1, 2, 2, 1, 0};
+  Conv2dShape s{1, 1, 3, 3, 1, 2, 2, 1, 1, 0, 0};
   Floats y(4);
   ref::conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
   CHECK(y == Floats{-3.5f, -3.5f, -3.5f, -3.5f});
@@ -191,7 +206,7 @@ TEST_CASE("reference: conv2d by hand, with and without padding and stride", "[re
                        db_only.data());
   CHECK(dw_only == dw);
   // Stride 2, padding 1: windows start at (-1,-1), (-1,1), (1,-1), (1,1).
-  Conv2dShape padded{1, 1, 3, 3, 1, 2, 2, 2, 1};
+  Conv2dShape padded{1, 1, 3, 3, 1, 2, 2, 2, 2, 1, 1};
   REQUIRE(padded.out_height() == 2);
   ref::conv2d_forward(padded, x.data(), w.data(), b.data(), y.data());
   CHECK(y == Floats{-0.5f, -2.5f, -6.5f, -3.5f});
@@ -201,7 +216,7 @@ TEST_CASE("reference: maxpool2d, log_softmax, nll, count_correct by hand", "[ref
   // 1x1x3x5 plane pooled 2x2 stride 2 -> 1x2 (the last row and column are dropped); ties pick the
   // first maximum in row-major order.
   const Floats x = {1, 3, 0, 2, 99, 3, 0, 2, 2, 99, 99, 99, 99, 99, 99};
-  Pool2dShape s{1, 1, 3, 5, 2, 2};
+  Pool2dShape s{1, 1, 3, 5, 2, 2, 2, 2};
   Floats y(2);
   std::vector<int32_t> argmax(2);
   ref::maxpool2d_forward(s, x.data(), y.data(), argmax.data());
@@ -280,8 +295,9 @@ TEST_CASE("reference: gather_rows and the optimizers by hand", "[reference]") {
 }
 
 TEST_CASE("reference: conv2d backward matches finite differences", "[reference][conv2d]") {
-  for (const Conv2dShape& s : {Conv2dShape{2, 2, 5, 5, 3, 3, 3, 2, 1},
-                               Conv2dShape{1, 3, 6, 5, 2, 2, 3, 1, 0}}) {
+  for (const Conv2dShape& s : {Conv2dShape{2, 2, 5, 5, 3, 3, 3, 2, 2, 1, 1},
+                               Conv2dShape{1, 3, 6, 5, 2, 2, 3, 1, 1, 0, 0},
+                               Conv2dShape{2, 2, 6, 5, 3, 3, 2, 2, 1, 1, 2}}) {
     const size_t xn = size_t(s.batch * s.in_channels * s.height * s.width);
     const size_t wn = size_t(s.out_channels * s.in_channels * s.kernel_h * s.kernel_w);
     const size_t yn = size_t(s.batch * s.out_channels * s.out_height() * s.out_width());
@@ -302,8 +318,9 @@ TEST_CASE("reference: conv2d backward matches finite differences", "[reference][
 
 TEST_CASE("reference: maxpool2d backward matches finite differences", "[reference][maxpool]") {
   // Distinct values 0.01 apart (a shuffled ramp), so that a step of 1e-3 never changes a maximum.
-  for (const Pool2dShape& s : {Pool2dShape{2, 2, 7, 7, 3, 2}, Pool2dShape{1, 3, 5, 6, 2, 2},
-                               Pool2dShape{1, 1, 5, 5, 2, 1}}) {
+  for (const Pool2dShape& s : {Pool2dShape{2, 2, 7, 7, 3, 3, 2, 2}, Pool2dShape{1, 3, 5, 6, 2, 2, 2, 2},
+                               Pool2dShape{1, 1, 5, 5, 2, 2, 1, 1},
+                               Pool2dShape{1, 2, 6, 5, 3, 2, 2, 1, 1, 1}}) {
     const size_t xn = size_t(s.batch * s.channels * s.height * s.width);
     const size_t yn = size_t(s.batch * s.channels * s.out_height() * s.out_width());
     Floats x(xn);
@@ -344,4 +361,121 @@ TEST_CASE("reference: log_softmax and nll backward match finite differences",
     ref::nll_loss_forward(logp.data(), labels.data(), rows, cols, &loss, false);
     return double(loss);
   }, 1e-2f, 1e-3);
+}
+
+TEST_CASE("reference: every unary op's derivative matches finite differences",
+          "[reference][unary]") {
+  Floats x = random_floats(64, 30);
+  for (float& v : x) v *= 3.0f;
+  for (float& v : x)
+    if (std::abs(v) < 0.05f) v = 0.5f;  // keep ReLU-like kinks out of the difference's reach
+  const Floats r = random_floats(x.size(), 31);
+  const int64_t n = int64_t(x.size());
+  for (const UnaryOp op : {UnaryOp::identity, UnaryOp::relu, UnaryOp::leaky_relu, UnaryOp::tanh,
+                           UnaryOp::sigmoid, UnaryOp::gelu})
+    for (const float alpha : {0.1f, -0.2f}) {
+      if (op != UnaryOp::leaky_relu && alpha != 0.1f) continue;
+      INFO(unary_op_name(op) << " alpha " << alpha);
+      Floats y(x.size()), dx(x.size());
+      ref::unary_forward(op, x.data(), y.data(), n, alpha);
+      const bool from_x = unary_backward_needs_input(op, alpha);
+      ref::unary_backward(op, from_x ? x.data() : nullptr, from_x ? nullptr : y.data(), r.data(),
+                          dx.data(), n, alpha);
+      auto loss = [&] {
+        ref::unary_forward(op, x.data(), y.data(), n, alpha);
+        return weighted_sum(y, r);
+      };
+      check_finite_differences(x, dx, loss, 1e-3f, 1e-3);
+    }
+}
+
+TEST_CASE("reference: avgpool2d backward matches finite differences", "[reference][avgpool]") {
+  for (const Pool2dShape& s : {Pool2dShape{2, 2, 7, 7, 3, 3, 2, 2, 1, 1},
+                               Pool2dShape{1, 3, 5, 6, 2, 3, 1, 2}, Pool2dShape{2, 2, 4, 4, 4, 4, 1, 1}}) {
+    Floats x = random_floats(size_t(s.input_numel()), 40);
+    const Floats r = random_floats(size_t(s.output_numel()), 41);
+    Floats y(size_t(s.output_numel())), dx(x.size());
+    ref::avgpool2d_backward(s, r.data(), dx.data());
+    auto loss = [&] {
+      ref::avgpool2d_forward(s, x.data(), y.data());
+      return weighted_sum(y, r);
+    };
+    check_finite_differences(x, dx, loss, 1e-2f, 1e-4);
+  }
+}
+
+TEST_CASE("reference: batchnorm backward (batch statistics) matches finite differences",
+          "[reference][batchnorm]") {
+  for (const BatchNormShape& s : {BatchNormShape{4, 3, 5}, BatchNormShape{6, 2, 1},
+                                  BatchNormShape{2, 4, 9}}) {
+    const size_t n = size_t(s.numel()), c = size_t(s.channels);
+    Floats x = random_floats(n, 50), gamma = random_floats(c, 51), beta = random_floats(c, 52);
+    const Floats r = random_floats(n, 53);
+    Floats y(n), mean(c), invstd(c), rm(c, 0.0f), rv(c, 1.0f), dx(n), dgamma(c), dbeta(c);
+    ref::batchnorm_forward(s, true, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                           y.data(), mean.data(), invstd.data());
+    ref::batchnorm_backward(s, x.data(), r.data(), gamma.data(), mean.data(), invstd.data(),
+                            dx.data(), dgamma.data(), dbeta.data());
+    auto loss = [&] {
+      Floats m(c), is(c), rm2(c, 0.0f), rv2(c, 1.0f);
+      ref::batchnorm_forward(s, true, x.data(), gamma.data(), beta.data(), rm2.data(),
+                             rv2.data(), y.data(), m.data(), is.data());
+      return weighted_sum(y, r);
+    };
+    check_finite_differences(x, dx, loss, 1e-2f, 2e-3);
+    check_finite_differences(gamma, dgamma, loss, 1e-2f, 1e-3);
+    check_finite_differences(beta, dbeta, loss, 1e-2f, 1e-3);
+    // Evaluation: y is affine in x with slope gamma / sqrt(running_var + eps).
+    Floats ye(n);
+    ref::batchnorm_forward(s, false, x.data(), gamma.data(), beta.data(), rm.data(), rv.data(),
+                           ye.data(), nullptr, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t ch = (i / size_t(s.inner)) % c;
+      CHECK(ye[i] == Approx((x[i] - rm[ch]) / std::sqrt(rv[ch] + 1e-5) * gamma[ch] + beta[ch]));
+    }
+  }
+}
+
+TEST_CASE("reference: label-smoothed NLL, the fused head and MSE backward match finite "
+          "differences", "[reference][nll][mse]") {
+  const int64_t rows = 4, cols = 5;
+  const std::vector<int32_t> labels = {0, 3, 4, 1};
+  for (const float smoothing : {0.0f, 0.2f}) {
+    Floats x = random_floats(size_t(rows * cols), 60);
+    Floats y(x.size()), dx(x.size());
+    Floats loss = {0.0f};
+    ref::log_softmax_nll(x.data(), labels.data(), rows, cols, 1.0f / float(rows), smoothing,
+                         y.data(), loss.data(), false, dx.data());
+    auto ce = [&] {
+      ref::log_softmax_forward(x.data(), y.data(), rows, cols);
+      Floats l = {0.0f};
+      ref::nll_loss_forward(y.data(), labels.data(), rows, cols, l.data(), false, smoothing);
+      return double(l[0]);
+    };
+    check_finite_differences(x, dx, ce, 1e-2f, 1e-3);
+  }
+  Floats x = random_floats(size_t(rows * cols), 61), dx(size_t(rows * cols));
+  Floats loss = {0.0f};
+  ref::mse_loss(x.data(), labels.data(), rows, cols, 1.0f / float(rows), loss.data(), false,
+                dx.data());
+  auto mse = [&] {
+    Floats l = {0.0f};
+    ref::mse_loss(x.data(), labels.data(), rows, cols, 1.0f, l.data(), false, nullptr);
+    return double(l[0]);
+  };
+  check_finite_differences(x, dx, mse, 1e-2f, 1e-3);
+}
+
+TEST_CASE("reference: col2im is the adjoint of im2col", "[reference][im2col]") {
+  // <im2col(x), c> = <x, col2im(c)> for any x, c.
+  for (const Conv2dShape& s : {Conv2dShape{1, 2, 5, 5, 3, 3, 3, 2, 2, 1, 1},
+                               Conv2dShape{1, 3, 6, 5, 2, 2, 3, 1, 2, 0, 1}}) {
+    const size_t xn = size_t(s.in_channels * s.height * s.width);
+    const size_t cn = size_t(s.patch_size() * s.out_height() * s.out_width());
+    const Floats x = random_floats(xn, 70), c = random_floats(cn, 71);
+    Floats col(cn), back(xn);
+    ref::im2col(s, x.data(), col.data());
+    ref::col2im(s, c.data(), back.data());
+    CHECK(weighted_sum(col, c) == Approx(weighted_sum(x, back)).epsilon(1e-6));
+  }
 }

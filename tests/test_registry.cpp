@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "tests/reference_device.h"
 
 using namespace trident;
 using Catch::Matchers::Contains;
@@ -41,67 +42,11 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// A device that only has a name and a type: the selection rules never run an op.
-class NamedDevice final : public Device {
+// A device that only has a name and a type (the selection rules never run an op).
+class NamedDevice final : public testing::ReferenceDevice {
  public:
-  NamedDevice(const std::string& backend, int index, const std::string& type) {
-    info_.backend = backend;
-    info_.index = index;
-    info_.type = type;
-    info_.name = "fake " + type + " " + std::to_string(index);
-  }
-  ~NamedDevice() override { release_pool(); }
-  const DeviceInfo& info() const override { return info_; }
-  void* raw_allocate(size_t) override { fail(); }
-  void raw_free(void*) noexcept override {}
-  void copy_from_host(DeviceMemory, const void*, size_t) override { fail(); }
-  void copy_to_host(void*, DeviceMemory, size_t) override { fail(); }
-  void copy_on_device(DeviceMemory, DeviceMemory, size_t) override { fail(); }
-  void fill(DeviceMemory, int64_t, float) override { fail(); }
-  void synchronize() override {}
-  void gemm(const GemmArgs&) override { fail(); }
-  void sum_rows(DeviceMemory, int64_t, int64_t, DeviceMemory, float) override { fail(); }
-  void axpby(DeviceMemory, DeviceMemory, int64_t, float, float) override { fail(); }
-  void relu_forward(DeviceMemory, DeviceMemory, int64_t) override { fail(); }
-  void relu_backward(DeviceMemory, DeviceMemory, DeviceMemory, int64_t) override { fail(); }
-  void dropout(DeviceMemory, DeviceMemory, int64_t, int64_t, int64_t, float, uint64_t, uint32_t,
-               DeviceMemory) override { fail(); }
-  size_t conv2d_workspace_bytes(const Conv2dShape&) const override { return 0; }
-  void conv2d_forward(const Conv2dShape&, DeviceMemory, DeviceMemory, DeviceMemory, DeviceMemory,
-                      DeviceMemory) override { fail(); }
-  void conv2d_backward(const Conv2dShape&, DeviceMemory, DeviceMemory, DeviceMemory, DeviceMemory,
-                       DeviceMemory, DeviceMemory, DeviceMemory, bool) override { fail(); }
-  void maxpool2d_forward(const Pool2dShape&, DeviceMemory, DeviceMemory, DeviceMemory) override {
-    fail();
-  }
-  void maxpool2d_backward(const Pool2dShape&, DeviceMemory, DeviceMemory, DeviceMemory) override {
-    fail();
-  }
-  void log_softmax_forward(DeviceMemory, DeviceMemory, int64_t, int64_t) override { fail(); }
-  void log_softmax_backward(DeviceMemory, DeviceMemory, DeviceMemory, int64_t, int64_t) override {
-    fail();
-  }
-  void nll_loss_forward(DeviceMemory, DeviceMemory, int64_t, int64_t, DeviceMemory, bool) override {
-    fail();
-  }
-  void nll_loss_backward(DeviceMemory, int64_t, int64_t, float, DeviceMemory) override { fail(); }
-  void log_softmax_nll(DeviceMemory, DeviceMemory, int64_t, int64_t, float, DeviceMemory,
-                       DeviceMemory, bool, DeviceMemory) override { fail(); }
-  void count_correct(DeviceMemory, DeviceMemory, int64_t, int64_t, DeviceMemory) override {
-    fail();
-  }
-  void gather_rows(DeviceMemory, size_t, DeviceMemory, int64_t, DeviceMemory,
-                   DeviceMemory) override { fail(); }
-  void advance_step(DeviceMemory) override { fail(); }
-  void sgd_update(DeviceMemory, DeviceMemory, DeviceMemory, int64_t, const SgdParams&) override {
-    fail();
-  }
-  void adam_update(DeviceMemory, DeviceMemory, DeviceMemory, DeviceMemory, int64_t,
-                   const AdamParams&, DeviceMemory) override { fail(); }
-
- private:
-  [[noreturn]] static void fail() { throw Error("NamedDevice runs no ops"); }
-  DeviceInfo info_;
+  NamedDevice(const std::string& backend, int index, const std::string& type)
+      : ReferenceDevice(index, backend, type) {}
 };
 
 // A backend with the given device types ("gpu", "cpu"), or none with a reason, or one whose

@@ -52,7 +52,14 @@ TEST_CASE("tensor: creation, transfers, views and reshapes on every device", "[t
 
     CHECK(Tensor::zeros(d, {7, 33}).to_host() == std::vector<float>(231, 0.0f));
     CHECK(Tensor::zeros(d, {257}, DType::i32).to_host_i32() == std::vector<int32_t>(257, 0));
-    CHECK_THROWS_AS(Tensor::zeros(d, {4}, DType::u8), ShapeError);  // fill writes float32 only
+    // Zero is every dtype's zero; a non-zero fill needs a dtype that can hold it.
+    std::vector<uint8_t> bytes(5, 0xFF);
+    Tensor::zeros(d, {5}, DType::u8).to_host(bytes.data(), bytes.size());
+    CHECK(bytes == std::vector<uint8_t>(5, 0));
+    std::vector<uint16_t> halves(3, 0xFFFF);
+    Tensor::zeros(d, {3}, DType::bf16).to_host(halves.data(), halves.size() * 2);
+    CHECK(halves == std::vector<uint16_t>(3, 0));
+    CHECK_THROWS_AS(d.fill(Tensor::empty(d, {4}, DType::u8), 1.0f), ShapeError);
 
     const std::vector<float> values = random_floats(24, 1);
     Tensor t = Tensor::from_host(d, {4, 6}, values);
