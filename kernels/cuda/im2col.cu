@@ -84,6 +84,12 @@ __global__ void col2im_kernel(PatchDims<I> d, const float* col, I total, float* 
   }
 }
 
+// Whether the int32 kernels hold every coordinate sum (h + pad, o * stride + kernel).
+bool coordinates_fit(const Conv2dShape& s) {
+  return fits_int32(s.height + s.width + 2 * (s.pad_h + s.pad_w) + s.kernel_h + s.kernel_w +
+                    s.stride_h + s.stride_w);
+}
+
 template <typename I>
 void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, const float* x,
                float* col, int64_t rows_per_sample, bool ones_row, const float* bias, float* y,
@@ -104,7 +110,7 @@ void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
   if (col_items + y_items <= 0) return;
   const int64_t largest = std::max({col_items + y_items, samples * rows_per_sample * positions,
                                     samples * s.in_channels * s.height * s.width});
-  if (fits_int32(largest))
+  if (fits_int32(largest) && coordinates_fit(s))
     im2col_as<int32_t>(ctx, s, samples, x, col, rows_per_sample, ones_row, bias, y, col_items,
                        y_items);
   else
@@ -117,7 +123,7 @@ void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
   const int64_t total = samples * s.in_channels * s.height * s.width;
   if (total <= 0) return;
   const int64_t col_size = samples * rows_per_sample * s.out_height() * s.out_width();
-  if (fits_int32(std::max(total, col_size)))
+  if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
     col2im_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
         patch_dims<int32_t>(s, rows_per_sample), col, int32_t(total), dx);
   else

@@ -155,7 +155,12 @@ float inverse_window(const Pool2dShape& s) {
   return float(1.0 / double(s.kernel_h * s.kernel_w));
 }
 
-bool fits(const Pool2dShape& s) { return fits_int32(std::max(s.input_numel(), s.output_numel())); }
+// Whether the int32 kernels hold every index, and every coordinate sum (h + pad, o * stride).
+bool fits(const Pool2dShape& s) {
+  return fits_int32(std::max(s.input_numel(), s.output_numel())) &&
+         fits_int32(s.height + s.width + 2 * (s.pad_h + s.pad_w) + s.kernel_h + s.kernel_w +
+                    s.stride_h + s.stride_w);
+}
 
 }  // namespace
 
