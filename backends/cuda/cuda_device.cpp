@@ -77,7 +77,7 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::make_current() const { TRIDENT_CUDA_CHECK(cudaSetDevice(ordinal_), ordinal_); }
 
-KernelContext CudaDevice::launch(bool with_error_flag) {
+KernelContext CudaDevice::kernel_context(bool with_error_flag) {
   make_current();
   KernelContext ctx;
   ctx.stream = stream_;
@@ -155,7 +155,7 @@ void CudaDevice::do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t by
 }
 
 void CudaDevice::do_fill(const Tensor& dst, float value) {
-  const KernelContext ctx = launch();
+  const KernelContext ctx = kernel_context();
   if (value == 0.0f) {  // all-zero bytes: the zero of every dtype
     TRIDENT_CUDA_CHECK(cudaMemsetAsync(device_ptr<char>(dst), 0, dst.bytes(), stream_), ordinal_);
     return;

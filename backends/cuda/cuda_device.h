@@ -123,7 +123,7 @@ class CudaDevice final : public Device {
  private:
   // Makes the device current and returns what its kernels are launched with; the error flag
   // only for ops that may meet bad data (it is allocated on first use, before any capture).
-  KernelContext launch(bool with_error_flag = false);
+  KernelContext kernel_context(bool with_error_flag = false);
   // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
 

@@ -9,7 +9,7 @@ void CudaDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, co
                                       const Tensor& running_mean, const Tensor& running_var,
                                       const Tensor& y, const Tensor& save_mean,
                                       const Tensor& save_invstd) {
-  launch_batchnorm_forward(launch(), s, training, device_ptr<const float>(x),
+  launch_batchnorm_forward(kernel_context(), s, training, device_ptr<const float>(x),
                            device_ptr<const float>(gamma), device_ptr<const float>(beta),
                            device_ptr<float>(running_mean), device_ptr<float>(running_var),
                            device_ptr<float>(y), device_ptr<float>(save_mean),
@@ -22,7 +22,7 @@ void CudaDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x,
                                        const Tensor& save_mean, const Tensor& save_invstd,
                                        const Tensor& dx, const Tensor& dgamma,
                                        const Tensor& dbeta) {
-  launch_batchnorm_backward(launch(), s, device_ptr<const float>(x), device_ptr<const float>(dy),
+  launch_batchnorm_backward(kernel_context(), s, device_ptr<const float>(x), device_ptr<const float>(dy),
                             device_ptr<const float>(gamma), device_ptr<const float>(save_mean),
                             device_ptr<const float>(save_invstd), device_ptr<float>(dx),
                             device_ptr<float>(dgamma), device_ptr<float>(dbeta));

@@ -7,7 +7,7 @@ namespace trident::cuda {
 void CudaDevice::do_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
                                    const Tensor& y, int64_t outer, int64_t channels,
                                    int64_t inner) {
-  launch_channel_affine(launch(), device_ptr<const float>(x), device_ptr<const float>(scale),
+  launch_channel_affine(kernel_context(), device_ptr<const float>(x), device_ptr<const float>(scale),
                         device_ptr<const float>(shift), device_ptr<float>(y), outer, channels,
                         inner);
   check_launch("channel_affine");
@@ -15,7 +15,7 @@ void CudaDevice::do_channel_affine(const Tensor& x, const Tensor& scale, const T
 
 void CudaDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out,
                                  int64_t outer, int64_t channels, int64_t inner, float beta) {
-  launch_channel_sums(launch(), device_ptr<const float>(x), device_ptr<const float>(y),
+  launch_channel_sums(kernel_context(), device_ptr<const float>(x), device_ptr<const float>(y),
                       device_ptr<float>(out), outer, channels, inner, beta);
   check_launch("channel_sums");
 }

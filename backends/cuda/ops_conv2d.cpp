@@ -63,7 +63,7 @@ size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
 
 bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                    const Tensor& b, const Tensor& y, const Tensor& workspace) {
-  const KernelContext ctx = launch();
+  const KernelContext ctx = kernel_context();
   const ConvPlan plan(s);
   float* col = device_ptr<float>(workspace);
   const float* bias = device_ptr<const float>(b);
@@ -92,7 +92,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
                                     const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                     const Tensor& db, const Tensor& workspace,
                                     bool workspace_valid) {
-  const KernelContext ctx = launch();
+  const KernelContext ctx = kernel_context();
   const ConvPlan plan(s);
   float* col = device_ptr<float>(workspace);
   float* dw_part = col + plan.col_floats;
@@ -142,13 +142,13 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
 }
 
 void CudaDevice::do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
-  launch_im2col(launch(), s, 1, device_ptr<const float>(x), device_ptr<float>(col),
+  launch_im2col(kernel_context(), s, 1, device_ptr<const float>(x), device_ptr<float>(col),
                 s.patch_size(), false, nullptr, nullptr);
   check_launch("im2col");
 }
 
 void CudaDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
-  launch_col2im(launch(), s, 1, device_ptr<const float>(col), s.patch_size(),
+  launch_col2im(kernel_context(), s, 1, device_ptr<const float>(col), s.patch_size(),
                 device_ptr<float>(dx));
   check_launch("col2im");
 }

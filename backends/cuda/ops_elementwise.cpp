@@ -6,7 +6,7 @@
 namespace trident::cuda {
 
 void CudaDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
-  launch_axpby(launch(), device_ptr<const float>(x), device_ptr<float>(y), y.numel(), a, b);
+  launch_axpby(kernel_context(), device_ptr<const float>(x), device_ptr<float>(y), y.numel(), a, b);
   check_launch("axpby");
 }
 
@@ -14,14 +14,14 @@ void CudaDevice::do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, 
   if (op == UnaryOp::identity && x.memory().handle == y.memory().handle &&
       x.memory().offset == y.memory().offset)
     return;  // y is x already
-  launch_unary_forward(launch(), op, device_ptr<const float>(x), device_ptr<float>(y), x.numel(),
+  launch_unary_forward(kernel_context(), op, device_ptr<const float>(x), device_ptr<float>(y), x.numel(),
                        alpha);
   check_launch("unary_forward");
 }
 
 void CudaDevice::do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y,
                                    const Tensor& dy, const Tensor& dx, float alpha) {
-  launch_unary_backward(launch(), op, device_ptr<const float>(x), device_ptr<const float>(y),
+  launch_unary_backward(kernel_context(), op, device_ptr<const float>(x), device_ptr<const float>(y),
                         device_ptr<const float>(dy), device_ptr<float>(dx), dy.numel(), alpha);
   check_launch("unary_backward");
 }
@@ -34,7 +34,7 @@ void CudaDevice::do_dropout(const Tensor& x, const Tensor& y, int64_t group, int
     return;
   }
   const float scale = 1.0f / (1.0f - p);  // p == 1: never used, every draw is < 1
-  launch_dropout(launch(), device_ptr<const float>(x), device_ptr<float>(y), x.numel(), group,
+  launch_dropout(kernel_context(), device_ptr<const float>(x), device_ptr<float>(y), x.numel(), group,
                  group_offset, p, scale, seed, stream, device_ptr<const uint32_t>(step_state));
   check_launch("dropout");
 }

@@ -8,7 +8,7 @@ namespace trident::cuda {
 void CudaDevice::do_gather_rows(const Tensor& src, const Tensor& table, const Tensor& step_state,
                                 const Tensor& dst) {
   const int64_t rows = dst.dim(0);
-  launch_gather_rows(launch(true), device_ptr<const void>(src), src.dim(0),
+  launch_gather_rows(kernel_context(true), device_ptr<const void>(src), src.dim(0),
                      dst.bytes() / size_t(rows), device_ptr<const int32_t>(table),
                      table.numel(), rows, device_ptr<const uint32_t>(step_state),
                      device_ptr<void>(dst));
@@ -27,7 +27,7 @@ void CudaDevice::do_gather_samples(const Tensor& src, const Tensor& table,
   args.seed = t.seed;
   args.stream = t.stream;
   args.sample_offset = t.sample_offset;
-  launch_gather_samples(launch(true), device_ptr<const void>(src), src.dtype() == DType::u8,
+  launch_gather_samples(kernel_context(true), device_ptr<const void>(src), src.dtype() == DType::u8,
                         src.dim(0), src.dim(1), src.dim(2), src.dim(3),
                         device_ptr<const int32_t>(table), table.numel(), dst.dim(0),
                         device_ptr<const uint32_t>(step_state), args, device_ptr<float>(dst));
@@ -35,7 +35,7 @@ void CudaDevice::do_gather_samples(const Tensor& src, const Tensor& table,
 }
 
 void CudaDevice::do_advance_step(const Tensor& step_state) {
-  launch_advance_step(launch(), device_ptr<uint32_t>(step_state));
+  launch_advance_step(kernel_context(), device_ptr<uint32_t>(step_state));
   check_launch("advance_step");
 }
 

@@ -23,7 +23,7 @@ GemmCall call_of(const GemmArgs& g) {
 }  // namespace
 
 void CudaDevice::do_gemm(const GemmArgs& g) {
-  const KernelContext ctx = launch();
+  const KernelContext ctx = kernel_context();
   if (g.k == 0) {  // C = beta * C: cuBLAS has nothing to multiply
     launch_gemm_epilogue(ctx, device_ptr<float>(g.c), g.ldc, g.m, g.n, nullptr, BiasKind::none,
                          UnaryOp::identity, 0.0f, true, g.beta);
@@ -33,7 +33,7 @@ void CudaDevice::do_gemm(const GemmArgs& g) {
 }
 
 void CudaDevice::do_gemm_fused(const GemmArgs& g) {
-  const KernelContext ctx = launch();
+  const KernelContext ctx = kernel_context();
   const float* bias = device_ptr<const float>(g.bias);
   float* c = device_ptr<float>(g.c);
   if (g.k == 0) {  // C = activation(beta * C + bias)

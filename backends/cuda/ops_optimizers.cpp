@@ -20,7 +20,7 @@ UpdateControlArgs control_args(const UpdateControl& c) {
 void CudaDevice::do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
                                const SgdParams& hp, const UpdateControl& control,
                                const Tensor& step_state) {
-  launch_sgd_update(launch(), device_ptr<float>(params), device_ptr<const float>(grads),
+  launch_sgd_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
                     device_ptr<float>(momentum), params.numel(), hp, control_args(control),
                     device_ptr<const uint32_t>(step_state));
   check_launch("sgd_update");
@@ -29,7 +29,7 @@ void CudaDevice::do_sgd_update(const Tensor& params, const Tensor& grads, const 
 void CudaDevice::do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
                                 const Tensor& v, const AdamParams& hp,
                                 const UpdateControl& control, const Tensor& step_state) {
-  launch_adam_update(launch(), device_ptr<float>(params), device_ptr<const float>(grads),
+  launch_adam_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
                      device_ptr<float>(m), device_ptr<float>(v), params.numel(), hp,
                      control_args(control), device_ptr<const uint32_t>(step_state));
   check_launch("adam_update");

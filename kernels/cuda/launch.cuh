@@ -78,9 +78,20 @@ __device__ __forceinline__ void raise_error(int32_t* flag, DeviceErrorCode code,
     flag[1] = static_cast<int32_t>(value > INT_MAX ? INT_MAX : (value < INT_MIN ? INT_MIN : value));
 }
 
+// Reductions over the 32 lanes of a warp (every lane gets the result).
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {  // fmaxf: NaN lanes are ignored
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ __forceinline__ int warp_min(int v) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 

@@ -14,18 +14,6 @@ namespace {
 constexpr int kWarpsPerBlock = kBlockThreads / 32;
 constexpr int64_t kMaxLossBlocks = 1024;  // within ReduceScratch::partial_words
 
-__device__ __forceinline__ float warp_max(float v) {  // fmaxf: NaN lanes are ignored
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-__device__ __forceinline__ int warp_min(int v) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
 __device__ __forceinline__ int64_t first_warp_row() {
   return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
 }
