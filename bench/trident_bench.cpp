@@ -14,6 +14,7 @@
 // ms_per_step is the median over the timed epochs, ms_per_step_min the best.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -22,9 +23,10 @@
 
 #include "core/error.h"
 #include "core/idx.h"
+#include "core/json.h"
 #include "core/registry.h"
 #include "core/tensor.h"
-#include "models/seed_models.h"
+#include "models/zoo.h"
 #include "models/trainer.h"
 
 namespace {
@@ -106,15 +108,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
 // One measurement line; every line carries the same fields (null where they do not apply).
 struct Record {
   std::string bench, model, device, device_name;
@@ -124,62 +117,73 @@ struct Record {
 };
 
 void emit(const Record& r) {
-  auto num = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
-  std::cout << "{\"impl\": \"trident\", \"bench\": " << json_string(r.bench)
-            << ", \"model\": " << json_string(r.model) << ", \"device\": " << json_string(r.device)
-            << ", \"device_name\": " << json_string(r.device_name) << ", \"batch\": " << r.batch
-            << ", \"n_devices\": " << r.n_devices << ", \"size\": " << r.size
-            << ", \"steps\": " << r.steps << ", \"capture\": " << (r.capture ? "true" : "false")
-            << ", \"ms_per_step\": " << num(r.ms_per_step)
-            << ", \"ms_per_step_min\": " << num(r.ms_per_step_min)
-            << ", \"samples_per_s\": " << num(r.samples_per_s) << ", \"gflops\": " << num(r.gflops)
-            << "}" << std::endl;
+  // Through Trident's one JSON writer: strings escaped, a NaN or infinite time written as null.
+  trident::json::ObjectWriter line;
+  const auto number_or_null = [&](const char* key, double v) {
+    if (v < 0) line.number(key, NAN);  // -1: does not apply
+    else line.number(key, v);
+  };
+  line.string("impl", "trident").string("bench", r.bench).string("model", r.model).string("device", r.device)
+      .string("device_name", r.device_name).integer("batch", r.batch).integer("n_devices", r.n_devices)
+      .integer("size", r.size).integer("steps", r.steps).boolean("capture", r.capture);
+  number_or_null("ms_per_step", r.ms_per_step);
+  number_or_null("ms_per_step_min", r.ms_per_step_min);
+  number_or_null("samples_per_s", r.samples_per_s);
+  number_or_null("gflops", r.gflops);
+  std::cout << line.str() << std::endl;
 }
 
 bool is_gpu(const Device& d) { return d.info().type == "gpu"; }
 
 // `count` training samples: Fashion-MNIST (or --data DIR) repeated to that size, else synthetic
-// normalized noise with random labels. Only the amount of resident data matters for speed.
-trident::MnistSplits bench_data(const std::string& source, int64_t count) {
-  trident::MnistSplits splits;
-  trident::ImageDataset real;
+// byte images with random labels. Only the amount of resident data matters for speed.
+trident::DatasetSplits bench_data(const std::string& source, int64_t count) {
+  trident::Dataset real;
+  std::string where = "(synthetic)";
   if (source != "synthetic") {
     const std::string dir = source == "auto" ? trident::default_data_directory() : source;
     try {
-      real = trident::load_mnist_directory(dir).train;
-      splits.directory = dir;
+      trident::DatasetLoadOptions limits;
+      limits.train_limit = count;
+      real = trident::load_idx_directory(dir, limits).train;
+      where = dir;
     } catch (const trident::Error& e) {
       if (source != "auto") throw;
       std::cerr << "trident_bench: " << e.what() << "; using synthetic data\n";
     }
   }
-  auto& t = splits.train;
-  t.count = count, t.height = 28, t.width = 28;
-  t.images.resize(static_cast<size_t>(count * 784));
-  t.labels.resize(static_cast<size_t>(count));
+  std::vector<uint8_t> images(static_cast<size_t>(count * 784));
+  std::vector<int32_t> labels(static_cast<size_t>(count));
   uint32_t state = 12345;
   auto next = [&] { state = state * 1664525u + 1013904223u; return state >> 8; };
+  const bool have_real = real.size() > 0 && real.dtype() == trident::DType::u8 &&
+                         real.sample_numel() == 784;
   for (int64_t i = 0; i < count; ++i) {
-    float* row = &t.images[static_cast<size_t>(i * 784)];
-    if (real.count > 0) {
-      const int64_t src = i % real.count;
-      std::copy_n(&real.images[static_cast<size_t>(src * 784)], 784, row);
-      t.labels[static_cast<size_t>(i)] = real.labels[static_cast<size_t>(src)];
+    uint8_t* row = &images[static_cast<size_t>(i * 784)];
+    if (have_real) {
+      const int64_t src = i % real.size();
+      std::copy_n(real.uint8_data() + src * 784, 784, row);
+      labels[static_cast<size_t>(i)] = real.labels()[static_cast<size_t>(src)];
     } else {
-      for (int p = 0; p < 784; ++p) row[p] = static_cast<float>(next()) / 16777216.0f * 3.0f - 0.4f;
-      t.labels[static_cast<size_t>(i)] = static_cast<int32_t>(next() % 10);
+      for (int p = 0; p < 784; ++p) row[p] = static_cast<uint8_t>(next() & 0xFF);
+      labels[static_cast<size_t>(i)] = static_cast<int32_t>(next() % 10);
     }
   }
-  splits.test = t;  // the bench never evaluates; one small split keeps the Trainer happy
-  splits.test.count = std::min<int64_t>(count, 1000);
-  splits.test.images.resize(static_cast<size_t>(splits.test.count * 784));
-  splits.test.labels.resize(static_cast<size_t>(splits.test.count));
+  trident::DatasetSplits splits;
+  const int64_t test_count = std::min<int64_t>(count, 1000);
+  std::vector<uint8_t> test_images(images.begin(), images.begin() + test_count * 784);
+  std::vector<int32_t> test_labels(labels.begin(), labels.begin() + test_count);
+  // The bench never evaluates; one small test split keeps the Trainer happy.
+  splits.train = trident::Dataset(std::move(images), {1, 28, 28}, std::move(labels), 10);
+  splits.test = trident::Dataset(std::move(test_images), {1, 28, 28}, std::move(test_labels), 10);
+  splits.source = where;
   return splits;
 }
 
 int64_t default_steps(const std::vector<Device*>& devices, const std::string& model) {
-  if (is_gpu(*devices[0])) return model == "mlp-big" ? 200 : 500;  // epochs of 0.05-0.6 s
+  if (is_gpu(*devices[0])) return model == "mlp-big" || model == "resnet" ? 200 : 500;
   if (model == "mlp-big") return 6;
+  if (model == "resnet") return 4;
   return model == "cnn" ? 40 : 100;
 }
 
@@ -188,12 +192,19 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
                         const std::string& model, int64_t batch_per_device) {
   const int64_t n = static_cast<int64_t>(devices.size());
   const int64_t steps = o.steps > 0 ? o.steps : default_steps(devices, model);
+  // The model's recipe (optimizer, schedule, loss, normalisation): the step a user trains.
+  const trident::ModelRecipe& recipe = trident::find_model(model);
   trident::TrainOptions t;
-  t.model = model;
   t.batch = batch_per_device * n;
+  t.optimizer = recipe.optimizer;
+  t.schedule = recipe.schedule;
+  t.loss = recipe.loss;
+  t.epochs = o.epochs;
   t.capture = o.capture;
-  const trident::MnistSplits data = bench_data(o.data, t.batch * steps);
-  trident::Trainer trainer(devices, t, data);
+  trident::DatasetSplits data = bench_data(o.data, t.batch * steps);
+  for (trident::Dataset* split : {&data.train, &data.test})
+    split->set_normalization({true, {recipe.mean}, {recipe.std}});
+  trident::Trainer trainer(devices, recipe.factory(), data, t);
   trainer.train_epoch();  // warm-up: allocation, capture, caches, clocks
   std::vector<double> ms;
   for (int64_t e = 1; e < o.epochs; ++e)

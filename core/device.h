@@ -53,6 +53,10 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   virtual const DeviceInfo& info() const = 0;
+  // Devices that return the same token share one address space (the CPU devices of
+  // TRIDENT_CPU_DEVICES): a tensor of one may be passed to the ops of another, so that they can
+  // share one copy of a data set.
+  virtual const void* memory_space() const { return this; }
 
   // ---- memory and ordering ---------------------------------------------------------------------
   // The caching pool every Tensor allocates from (built on do_allocate / do_free).

@@ -30,7 +30,7 @@ class OpCheck {
   // A defined tensor of this device.
   void here(const char* name, const Tensor& t) const {
     if (!t.defined()) fail(std::string(name) + " is undefined");
-    if (&t.device() != &device_)
+    if (&t.device() != &device_ && t.device().memory_space() != device_.memory_space())
       fail(std::string(name) + " lives on " + t.device().info().id() + ", not on this device");
     if (t.numel() > device_.info().limits.max_elements)
       fail(std::string(name) + " has " + std::to_string(t.numel()) +

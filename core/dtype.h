@@ -7,7 +7,8 @@
 
 namespace trident {
 
-enum class DType : uint8_t { f32, f16, bf16, i32, u8 };
+// i64 is for host-side state (PyTorch's num_batches_tracked counters in state dicts).
+enum class DType : uint8_t { f32, f16, bf16, i32, u8, i64 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -16,6 +17,7 @@ inline size_t dtype_size(DType t) {
     case DType::bf16: return 2;
     case DType::i32: return 4;
     case DType::u8: return 1;
+    case DType::i64: return 8;
   }
   return 0;
 }
@@ -28,6 +30,7 @@ inline const char* dtype_name(DType t) {
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
     case DType::u8: return "U8";
+    case DType::i64: return "I64";
   }
   return "?";
 }

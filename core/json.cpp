@@ -1,7 +1,11 @@
-// The strict JSON reader and string writer used for safetensors headers (see json.h).
+// The strict JSON reader and the JSON writer (see json.h).
 #include "core/json.h"
 
+#include <clocale>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -20,6 +24,7 @@ const char* kind_name(Value::Kind kind) {
     case Value::Kind::null: return "null";
     case Value::Kind::boolean: return "boolean";
     case Value::Kind::integer: return "integer";
+    case Value::Kind::number: return "number";
     case Value::Kind::string: return "string";
     case Value::Kind::array: return "array";
     case Value::Kind::object: return "object";
@@ -71,7 +76,7 @@ void append_utf8(std::string& out, uint32_t cp) {
 // Recursive-descent parser over the whole text; pos is the next unread byte.
 class Parser {
  public:
-  explicit Parser(const std::string& text) : text_(text) {}
+  Parser(const std::string& text, bool allow_fractions) : text_(text), allow_fractions_(allow_fractions) {}
 
   Value document() {
     skip_space();
@@ -108,14 +113,15 @@ class Parser {
       ++pos_;
       skip_space();
       if (peek() == '}') { ++pos_; return v; }
+      std::unordered_set<std::string> keys;  // a linear find per key made 10^5 keys take a minute
       for (;;) {
         skip_space();
         if (peek() != '"') fail("expected a string key");
         const size_t key_pos = pos_;
         std::string key = string();
-        if (v.find(key) != nullptr) {
+        if (!keys.insert(key).second) {
           pos_ = key_pos;
-          fail("duplicate key " + quote(key));
+          fail("duplicate key " + quote_for_message(key));
         }
         skip_space();
         expect(':');
@@ -148,8 +154,13 @@ class Parser {
       return v;
     }
     if (c == '-' || (c >= '0' && c <= '9')) {
+      const size_t start = pos_;
       v.kind = Value::Kind::integer;
-      v.integer = integer();
+      v.integer = integer(start);
+      if (pos_ == start) {  // a fraction or exponent follows: integer() left it to fraction()
+        v.kind = Value::Kind::number;
+        v.number = fraction();
+      }
       return v;
     }
     for (const char* word : {"true", "false", "null"}) {
@@ -163,7 +174,36 @@ class Parser {
     fail(std::string("unexpected character '") + c + "'");
   }
 
-  int64_t integer() {
+  // Checks the JSON number grammar from pos_ and returns it as a finite double.
+  double fraction() {
+    const size_t start = pos_;
+    if (peek() == '-') ++pos_;
+    const auto digits = [&] {
+      const size_t from = pos_;
+      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_;
+      if (pos_ == from) fail("expected a digit");
+    };
+    digits();
+    if (peek() == '.') { ++pos_; digits(); }
+    if (peek() == 'e' || peek() == 'E') {
+      ++pos_;
+      if (peek() == '+' || peek() == '-') ++pos_;
+      digits();
+    }
+    // strtod follows the C locale's decimal point; JSON's is always '.', so parse a copy in
+    // which '.' is replaced by the current locale's.
+    std::string literal = text_.substr(start, pos_ - start);
+    const char point = *std::localeconv()->decimal_point;
+    for (char& ch : literal)
+      if (ch == '.') ch = point;
+    const double value = std::strtod(literal.c_str(), nullptr);
+    if (!std::isfinite(value)) { pos_ = start; fail("number outside the double range"); }
+    return value;
+  }
+
+  // An integer from pos_; when a fraction or exponent follows and allow_fractions_, rewinds to
+  // `start` (the caller then reads it as a double).
+  int64_t integer(size_t start) {
     const bool negative = peek() == '-';
     if (negative) ++pos_;
     if (at_end() || peek() < '0' || peek() > '9') fail("expected a digit");
@@ -173,13 +213,29 @@ class Parser {
     int64_t value = 0;
     while (!at_end() && peek() >= '0' && peek() <= '9') {
       const int digit = peek() - '0';
-      if (value < (INT64_MIN + digit) / 10) fail("integer outside the 64-bit range");
+      if (value < (INT64_MIN + digit) / 10) {
+        if (allow_fractions_) {  // a large integer is still a number
+          pos_ = start;
+          return 0;
+        }
+        fail("integer outside the 64-bit range");
+      }
       value = value * 10 - digit;
       ++pos_;
     }
-    if (peek() == '.' || peek() == 'e' || peek() == 'E') fail("numbers with fractions or exponents are not supported");
+    if (peek() == '.' || peek() == 'e' || peek() == 'E') {
+      if (!allow_fractions_) fail("numbers with fractions or exponents are not supported");
+      pos_ = start;
+      return 0;
+    }
     if (!negative) {
-      if (value == INT64_MIN) fail("integer outside the 64-bit range");
+      if (value == INT64_MIN) {
+        if (allow_fractions_) {
+          pos_ = start;
+          return 0;
+        }
+        fail("integer outside the 64-bit range");
+      }
       value = -value;
     }
     return value;
@@ -245,12 +301,13 @@ class Parser {
   }
 
   const std::string& text_;
+  bool allow_fractions_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-Value parse(const std::string& text) { return Parser(text).document(); }
+Value parse(const std::string& text, bool allow_fractions) { return Parser(text, allow_fractions).document(); }
 
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
@@ -261,11 +318,28 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-std::string quote(const std::string& s) {
-  if (!valid_utf8(s)) throw UsageError("JSON: a string to write is not valid UTF-8 (" + std::to_string(s.size()) + " bytes)");
-  std::string out = "\"";
-  for (const char ch : s) {
+namespace {
+
+// s with JSON escapes (no quotes); bytes where no valid UTF-8 sequence starts become \xNN
+// (only the message escapers let such bytes through). Past max_chars of input the rest is elided.
+std::string escape(const std::string& s, size_t max_chars = std::string::npos) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i >= max_chars) return out + "...(" + std::to_string(s.size()) + " bytes in all)";
+    const char ch = s[i];
     const unsigned char c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {
+      const size_t n = utf8_sequence(s, i);
+      if (n == 0) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      } else {
+        out.append(s, i, n);
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -284,7 +358,63 @@ std::string quote(const std::string& s) {
         }
     }
   }
-  return out + "\"";
+  return out;
+}
+
+}  // namespace
+
+std::string quote(const std::string& s) {
+  if (!valid_utf8(s)) throw UsageError("JSON: a string to write is not valid UTF-8 (" + std::to_string(s.size()) + " bytes)");
+  return "\"" + escape(s) + "\"";
+}
+
+std::string escape_for_message(const std::string& s) { return escape(s, 256); }
+
+std::string quote_for_message(const std::string& s) { return "\"" + escape_for_message(s) + "\""; }
+
+std::string number(double value) {
+  if (!std::isfinite(value)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", value);
+  // %g follows the locale's decimal point; JSON's is '.'.
+  const char point = *std::localeconv()->decimal_point;
+  for (char* p = buf; *p != '\0'; ++p)
+    if (*p == point) *p = '.';
+  return buf;
+}
+
+ObjectWriter& ObjectWriter::member(const std::string& key, const std::string& json_value) {
+  if (members_++ > 0) text_ += compact_ ? "," : ", ";
+  text_ += quote(key);
+  text_ += compact_ ? ":" : ": ";
+  text_ += json_value;
+  return *this;
+}
+
+ObjectWriter& ObjectWriter::string(const std::string& key, const std::string& value) {
+  return member(key, quote(value));
+}
+
+ObjectWriter& ObjectWriter::integer(const std::string& key, int64_t value) {
+  return member(key, std::to_string(value));
+}
+
+ObjectWriter& ObjectWriter::number(const std::string& key, double value) {
+  return member(key, json::number(value));
+}
+
+ObjectWriter& ObjectWriter::boolean(const std::string& key, bool value) {
+  return member(key, value ? "true" : "false");
+}
+
+ObjectWriter& ObjectWriter::integers(const std::string& key, const std::vector<int64_t>& values) {
+  std::string list = "[";
+  for (size_t i = 0; i < values.size(); ++i) list += (i ? (compact_ ? "," : ", ") : "") + std::to_string(values[i]);
+  return member(key, list + "]");
+}
+
+ObjectWriter& ObjectWriter::object(const std::string& key, const ObjectWriter& value) {
+  return member(key, value.str());
 }
 
 }  // namespace json

@@ -5,10 +5,20 @@ namespace trident {
 
 const char* unary_op_name(UnaryOp op) {
   switch (op) {
-#define TRIDENT_UNARY_NAME(name) \
+#define TRIDENT_UNARY_NAME(name, module) \
   case UnaryOp::name: return #name;
     TRIDENT_UNARY_OPS(TRIDENT_UNARY_NAME)
 #undef TRIDENT_UNARY_NAME
+  }
+  return "?";
+}
+
+const char* unary_module_name(UnaryOp op) {
+  switch (op) {
+#define TRIDENT_UNARY_MODULE(name, module) \
+  case UnaryOp::name: return #module;
+    TRIDENT_UNARY_OPS(TRIDENT_UNARY_MODULE)
+#undef TRIDENT_UNARY_MODULE
   }
   return "?";
 }

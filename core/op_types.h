@@ -10,21 +10,23 @@ namespace trident {
 // The elementwise family (forward and derivative), one value per function, so that a new
 // activation is one entry in this list plus its formulas (core/unary_math.h for the CPU, CUDA
 // and the reference; kernels/opencl/elementwise.cl). `alpha` is the op's parameter where it has
-// one (LeakyReLU's negative slope). X(name): each backend expands the list into its dispatch.
+// one (LeakyReLU's negative slope). X(name, PyTorch module name): each backend expands the list
+// into its dispatch.
 #define TRIDENT_UNARY_OPS(X)                                                                  \
-  X(identity)   /* x */                                                                       \
-  X(relu)       /* max(x, 0) */                                                               \
-  X(leaky_relu) /* x > 0 ? x : alpha * x */                                                   \
-  X(tanh)       /* tanh(x) */                                                                 \
-  X(sigmoid)    /* 1 / (1 + exp(-x)) */                                                       \
-  X(gelu)       /* x * Phi(x), the exact erf form (PyTorch's approximate='none') */
+  X(identity, Identity)     /* x */                                                           \
+  X(relu, ReLU)             /* max(x, 0) */                                                   \
+  X(leaky_relu, LeakyReLU)  /* x > 0 ? x : alpha * x */                                       \
+  X(tanh, Tanh)             /* tanh(x) */                                                     \
+  X(sigmoid, Sigmoid)       /* 1 / (1 + exp(-x)) */                                           \
+  X(gelu, GELU)             /* x * Phi(x), the exact erf form (approximate='none') */
 
 enum class UnaryOp : uint8_t {
-#define TRIDENT_UNARY_ENUM(name) name,
+#define TRIDENT_UNARY_ENUM(name, module) name,
   TRIDENT_UNARY_OPS(TRIDENT_UNARY_ENUM)
 #undef TRIDENT_UNARY_ENUM
 };
-const char* unary_op_name(UnaryOp op);  // "relu", ...
+const char* unary_op_name(UnaryOp op);    // "relu", ...
+const char* unary_module_name(UnaryOp op);  // "ReLU", as PyTorch's nn module
 // Whether unary_backward reads the forward input x (else the forward output y suffices), so
 // that a layer knows whether its forward may run in place (LeakyReLU: only for alpha < 0).
 bool unary_backward_needs_input(UnaryOp op, float alpha = 0.0f);

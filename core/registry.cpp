@@ -11,9 +11,9 @@ namespace trident {
 
 DeviceRegistry& DeviceRegistry::global() {
   static DeviceRegistry* registry = [] {
-    auto* r = new DeviceRegistry();  // intentionally never deleted: see the header
-    register_builtin_backends(*r);
-    return r;
+    auto r = std::make_unique<DeviceRegistry>();  // released below, never deleted: see the header
+    register_builtin_backends(*r);                // may throw a UsageError (a bad TRIDENT_* variable)
+    return r.release();
   }();
   return *registry;
 }
@@ -23,6 +23,8 @@ void DeviceRegistry::add_backend(std::unique_ptr<Backend> backend) {
   entry.name = backend->name();
   try {
     entry.devices = backend->discover(entry.why_none);
+  } catch (const UsageError&) {
+    throw;  // a wrong TRIDENT_* setting: say which, not "no device available" with it in a list
   } catch (const std::exception& e) {
     entry.devices.clear();
     entry.why_none = e.what();

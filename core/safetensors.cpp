@@ -11,8 +11,11 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/json.h"
 
 #ifdef _WIN32
@@ -28,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 bool dtype_from_name(const std::string& name, DType* out) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8}) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8, DType::i64}) {
     if (name == dtype_name(t)) {
       *out = t;
       return true;
@@ -65,12 +68,12 @@ struct Entry {
 
 // Checks one tensor entry of the header and returns it with its offsets (bytes not yet read).
 Entry parse_entry(const std::string& path, const std::string& name, const json::Value& v, uint64_t data_size) {
-  const std::string where = path + ": tensor " + json::quote(name) + ": ";
+  const std::string where = path + ": tensor " + json::quote_for_message(name) + ": ";
   if (v.kind != json::Value::Kind::object)
     throw FormatError(where + "expected an object, got " + json::kind_name(v.kind));
   for (const auto& member : v.object) {
     if (member.first != "dtype" && member.first != "shape" && member.first != "data_offsets")
-      throw FormatError(where + "unexpected field " + json::quote(member.first));
+      throw FormatError(where + "unexpected field " + json::quote_for_message(member.first));
   }
   const auto field = [&](const char* key, json::Value::Kind kind) -> const json::Value& {
     const json::Value* f = v.find(key);
@@ -84,7 +87,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json::
   e.tensor.name = name;
   const std::string& dtype = field("dtype", json::Value::Kind::string).string;
   if (!dtype_from_name(dtype, &e.tensor.dtype))
-    throw FormatError(where + "unsupported dtype " + json::quote(dtype) + " (Trident reads F32, F16, BF16, I32, U8)");
+    throw FormatError(where + "unsupported dtype " + json::quote_for_message(dtype) + " (Trident reads F32, F16, BF16, I32, I64, U8)");
   for (const json::Value& d : field("shape", json::Value::Kind::array).array) {
     if (d.kind != json::Value::Kind::integer || d.integer < 0)
       throw FormatError(where + "shape entries must be non-negative integers");
@@ -113,14 +116,6 @@ Entry parse_entry(const std::string& path, const std::string& name, const json::
   return e;
 }
 
-// Closes a FILE* on every path out of a function.
-struct FileCloser {
-  std::FILE* f;
-  ~FileCloser() {
-    if (f != nullptr) std::fclose(f);
-  }
-};
-
 void read_exact(std::FILE* f, const std::string& path, void* dst, size_t n, const std::string& what) {
   if (n != 0 && std::fread(dst, 1, n, f) != n)
     throw FormatError(path + ": could not read " + what + (std::ferror(f) ? ": " + std::string(std::strerror(errno)) : ": unexpected end of file"));
@@ -129,13 +124,9 @@ void read_exact(std::FILE* f, const std::string& path, void* dst, size_t n, cons
 }  // namespace
 
 TensorFile load_safetensors(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw FormatError(path + ": is a directory, not a safetensors file");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw FormatError(path + ": cannot open safetensors file: " + std::strerror(errno));
-  FileCloser closer{f};
-  const uint64_t file_size = fs::file_size(path, ec);
-  if (ec) throw FormatError(path + ": cannot determine the file size: " + ec.message());
+  const InputFile input = open_regular_file(path, "safetensors file");
+  std::FILE* f = input.get();
+  const uint64_t file_size = input.size();
   if (file_size < 8)
     throw FormatError(path + ": " + std::to_string(file_size) + " bytes is too short for a safetensors file (needs an 8-byte header length)");
 
@@ -186,10 +177,10 @@ TensorFile load_safetensors(const std::string& path) {
   uint64_t cursor = 0;
   const std::string* previous = nullptr;
   for (const Entry& e : entries) {
-    const std::string where = path + ": tensor " + json::quote(e.tensor.name) + ": ";
+    const std::string where = path + ": tensor " + json::quote_for_message(e.tensor.name) + ": ";
     if (e.begin < cursor)
       throw FormatError(where + "data_offsets start at " + std::to_string(e.begin) + ", overlapping tensor " +
-                        json::quote(*previous) + " which ends at " + std::to_string(cursor));
+                        json::quote_for_message(*previous) + " which ends at " + std::to_string(cursor));
     if (e.begin > cursor)
       throw FormatError(where + "data_offsets start at " + std::to_string(e.begin) + ", leaving bytes " +
                         std::to_string(cursor) + ".." + std::to_string(e.begin) + " of the data region unused");
@@ -203,7 +194,7 @@ TensorFile load_safetensors(const std::string& path) {
   // The file position is now the start of the data region and the entries are contiguous.
   for (Entry& e : entries) {
     e.tensor.bytes.resize(e.end - e.begin);
-    read_exact(f, path, e.tensor.bytes.data(), e.tensor.bytes.size(), "tensor " + json::quote(e.tensor.name));
+    read_exact(f, path, e.tensor.bytes.data(), e.tensor.bytes.size(), "tensor " + json::quote_for_message(e.tensor.name));
     out.tensors.push_back(std::move(e.tensor));
   }
   return out;
@@ -214,34 +205,34 @@ TensorFile load_safetensors(const std::string& path) {
 namespace {
 
 std::string build_header(const TensorFile& file) {
-  std::string h = "{";
+  json::ObjectWriter h(/*compact=*/true);
   if (!file.metadata.empty()) {
-    h += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& kv : file.metadata) {
-      h += (first ? "" : ",") + json::quote(kv.first) + ":" + json::quote(kv.second);
-      first = false;
-    }
-    h += "}";
+    json::ObjectWriter metadata(true);
+    for (const auto& kv : file.metadata) metadata.string(kv.first, kv.second);
+    h.object("__metadata__", metadata);
   }
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const HostTensor& t : file.tensors) {
     if (t.name.empty() || t.name == "__metadata__")
-      throw UsageError("save_safetensors: invalid tensor name " + json::quote(t.name));
-    if (!names.insert(t.name).second) throw UsageError("save_safetensors: duplicate tensor name " + json::quote(t.name));
+      throw UsageError("save_safetensors: invalid tensor name " + json::quote_for_message(t.name));
+    if (!names.insert(t.name).second)
+      throw UsageError("save_safetensors: duplicate tensor name " + json::quote_for_message(t.name));
     uint64_t bytes = 0;
     if (!byte_size(t.shape, dtype_size(t.dtype), &bytes) || bytes != t.bytes.size())
-      throw ShapeError("save_safetensors: tensor " + json::quote(t.name) + " has shape " + shape_text(t.shape) +
-                       " of " + dtype_name(t.dtype) + " but " + std::to_string(t.bytes.size()) + " bytes");
-    if (h.size() > 1) h += ",";
-    h += json::quote(t.name) + ":{\"dtype\":\"" + dtype_name(t.dtype) + "\",\"shape\":" + shape_text(t.shape) +
-         ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+      throw ShapeError("save_safetensors: tensor " + json::quote_for_message(t.name) + " has shape " +
+                       shape_text(t.shape) + " of " + dtype_name(t.dtype) + " but " +
+                       std::to_string(t.bytes.size()) + " bytes");
+    json::ObjectWriter entry(true);
+    entry.string("dtype", dtype_name(t.dtype))
+        .integers("shape", t.shape)
+        .integers("data_offsets", {static_cast<int64_t>(offset), static_cast<int64_t>(offset + bytes)});
+    h.object(t.name, entry);
     offset += bytes;
   }
-  h += "}";
-  h.append((8 - h.size() % 8) % 8, ' ');  // data starts at 8 + h.size(), a multiple of 8
-  return h;
+  std::string text = h.str();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts at 8 + size, a multiple of 8
+  return text;
 }
 
 // Owns the temporary file until it is renamed: any exit before that closes and deletes it.
@@ -254,6 +245,20 @@ struct TempFile {
     if (!renamed && !path.empty()) std::remove(path.c_str());
   }
 };
+
+// "." NAME "." 16 lowercase hex digits ".tmp": the temporary save_safetensors writes beside NAME.
+std::string temporary_name(const std::string& name, const std::string& suffix) {
+  return "." + name + "." + suffix + ".tmp";
+}
+
+// Test hook (TRIDENT_TEST_PAUSE_IN_CHECKPOINT_WRITE=SECONDS): sleep with the temporary half
+// written and flushed, so a crash test can kill the process inside a checkpoint write.
+void pause_in_write_for_tests(std::FILE* f) {
+  const auto seconds = env_string("TRIDENT_TEST_PAUSE_IN_CHECKPOINT_WRITE");
+  if (!seconds) return;
+  std::fflush(f);
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::strtod(seconds->c_str(), nullptr)));
+}
 
 std::string random_suffix() {
   static std::mt19937_64 rng(std::random_device{}() ^
@@ -274,7 +279,7 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
 
   TempFile tmp;
   for (int attempt = 0; tmp.f == nullptr; ++attempt) {
-    tmp.path = (dir / ("." + target.filename().string() + "." + random_suffix() + ".tmp")).string();
+    tmp.path = (dir / temporary_name(target.filename().string(), random_suffix())).string();
     tmp.f = std::fopen(tmp.path.c_str(), "wbx");  // "x": fail rather than reuse an existing name
     if (tmp.f == nullptr && (errno != EEXIST || attempt == 3)) {
       const int err = errno;
@@ -293,7 +298,10 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
   };
   put(len_bytes, 8);
   put(header.data(), header.size());
-  for (const HostTensor& t : file.tensors) put(t.bytes.data(), t.bytes.size());
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    if (i == file.tensors.size() / 2) pause_in_write_for_tests(tmp.f);
+    put(file.tensors[i].bytes.data(), file.tensors[i].bytes.size());
+  }
   if (std::fflush(tmp.f) != 0) throw Error(fail_prefix + "write failed: " + std::strerror(errno) + untouched);
 #ifdef _WIN32
   const int sync_rc = _commit(_fileno(tmp.f));
@@ -325,6 +333,33 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
                   std::strerror(err));
   }
 #endif
+}
+
+int remove_stale_temporaries(const std::string& path) {
+  const fs::path target(path);
+  const std::string name = target.filename().string();
+  if (name.empty()) return 0;
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  if (ec) return 0;  // nothing to clean in a directory that cannot be listed
+  int removed = 0;
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    const std::string candidate = it->path().filename().string();
+    // Exactly "." NAME "." 16 hex ".tmp", compared as text.
+    const size_t prefix = name.size() + 2, length = prefix + 16 + 4;
+    if (candidate.size() != length || candidate.compare(0, 1, ".") != 0 ||
+        candidate.compare(1, name.size(), name) != 0 || candidate[prefix - 1] != '.' ||
+        candidate.compare(prefix + 16, 4, ".tmp") != 0)
+      continue;
+    const std::string hex = candidate.substr(prefix, 16);
+    if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec) || it->is_symlink(type_ec)) continue;  // only files we wrote
+    if (fs::remove(it->path(), type_ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace trident

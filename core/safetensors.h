@@ -38,6 +38,11 @@ constexpr uint64_t kSafetensorsMaxHeader = 100000000;
 // every failure case the previous file at path is untouched and no temporary file remains.
 void save_safetensors(const std::string& path, const TensorFile& file);
 
+// Removes the temporaries ".NAME.<16 hex digits>.tmp" that save_safetensors(path) leaves beside
+// NAME when the process dies mid-write; files of any other name, symbolic links and non-regular
+// files are left alone. Call it when no other process is writing path. Returns how many it removed.
+int remove_stale_temporaries(const std::string& path);
+
 // Reads and fully validates a safetensors file. Throws FormatError naming the file (and the
 // tensor) on: a file shorter than 8 bytes, a header length past the end of the file or above
 // kSafetensorsMaxHeader, a header that is not a JSON object, missing, unexpected or mistyped

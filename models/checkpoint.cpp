@@ -1,18 +1,55 @@
-// Trainer checkpoints as safetensors: every weight under its PyTorch state-dict name, the
-// optimizer state as "optimizer.<state>" flat tensors, and the counters and settings as metadata.
+// Training checkpoints as safetensors. Layout (README, "Checkpoints and weights"):
+// - the network's state dict under PyTorch's names (parameters, batch-norm buffers and
+//   counters): `model.load_state_dict(safetensors.torch.load_file(path), strict=False)` loads
+//   exactly the weights;
+// - the optimizer state as "optimizer.<state>" flat tensors over the parameter buffer (PyTorch
+//   reports them as unexpected keys and, with strict=False, ignores them);
+// - the settings and counters as metadata ("format", "model", "optimizer", "seed", "epoch",
+//   "global_step", "batch", "sample_shape", "devices", "loss").
 #include <cstring>
-#include <set>
+#include <map>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "models/replica.h"
+#include "models/state_dict.h"
 
 namespace trident {
 namespace {
 
-constexpr const char* kFormat = "trident-checkpoint-1";
+constexpr const char* kFormat = "trident-checkpoint-2";
+constexpr const char* kOptimizerPrefix = "optimizer.";
+// Largest counter (epoch, step, seed) read from a file: far beyond any real run, and small enough
+// that the trainer's increments cannot overflow int64.
+constexpr int64_t kMaxCounter = int64_t{1} << 53;
 
-HostTensor host_tensor(const std::string& name, const Tensor& t) {
+// A name or value from the file, quoted and escaped for a message (a NUL would end it).
+std::string shown(const std::string& text) { return "'" + json::escape_for_message(text) + "'"; }
+
+const std::string& require(const TensorFile& file, const std::string& path, const char* key) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end())
+    throw FormatError(path + ": not a Trident training checkpoint (metadata '" + key +
+                      "' missing); weights alone load with load_weights or --weights");
+  return it->second;
+}
+
+int64_t parse_count(const std::string& path, const char* key, const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 19 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (digits) {
+    const long long v = std::stoll(text);  // at most 19 digits: fits, cannot throw
+    if (v <= kMaxCounter) return v;
+    throw FormatError(path + ": metadata '" + key + "' = " + shown(text) + " is larger than " +
+                      std::to_string(kMaxCounter) + "; the checkpoint is corrupt");
+  }
+  throw FormatError(path + ": metadata '" + key + "' = " + shown(text) +
+                    " is not a count (decimal digits, at most " + std::to_string(kMaxCounter) +
+                    ")");
+}
+
+HostTensor host_copy(const std::string& name, const Tensor& t) {
   HostTensor h;
   h.name = name;
   h.dtype = t.dtype();
@@ -22,97 +59,84 @@ HostTensor host_tensor(const std::string& name, const Tensor& t) {
   return h;
 }
 
-const std::string& require(const TensorFile& file, const std::string& path, const char* key) {
-  auto it = file.metadata.find(key);
-  if (it == file.metadata.end())
-    throw FormatError(path + ": not a Trident checkpoint (metadata '" + key + "' missing)");
-  return it->second;
-}
-
-int64_t parse_count(const std::string& path, const char* key, const std::string& text) {
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used == text.size() && v >= 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw FormatError(path + ": metadata '" + key + "' = '" + text + "' is not a count");
-}
-
 }  // namespace
 
 void Trainer::save_checkpoint(const std::string& path) const {
   const Replica& r = *replicas_.front();
   TensorFile file;
   file.metadata = std::map<std::string, std::string>{{"format", kFormat},
-                   {"model", options_.model},
+                   {"model", model_name_},
                    {"optimizer", r.optimizer->name()},
+                   {"loss", loss_name(loss_.kind)},
                    {"seed", std::to_string(options_.seed)},
                    {"epoch", std::to_string(epochs_done_)},
                    {"global_step", std::to_string(global_step_)},
                    {"batch", std::to_string(options_.batch)},
+                   {"sample_shape", shape_string(r.net.sample_shape())},
                    {"devices", device_names()}};
-  for (const NamedParameter& p : r.net.named_parameters())
-    file.tensors.push_back(host_tensor(p.name, r.net.parameters().view(p.offset, p.shape)));
+  file.tensors = network_state_dict(r.net);
   for (const auto& [name, state] : r.optimizer->state())
-    file.tensors.push_back(host_tensor("optimizer." + name, state));
+    file.tensors.push_back(host_copy(kOptimizerPrefix + name, state));
   save_safetensors(path, file);
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
   const TensorFile file = load_safetensors(path);
-  if (require(file, path, "format") != kFormat)
-    throw FormatError(path + ": unsupported checkpoint format '" + file.metadata.at("format") + "'");
+  const std::string& format = require(file, path, "format");
+  if (format != kFormat)
+    throw FormatError(path + ": unsupported checkpoint format " + shown(format) + " (this "
+                      "Trident reads " + kFormat + ")");
   const std::string& model = require(file, path, "model");
-  if (model != options_.model)
-    throw FormatError(path + ": checkpoint holds model '" + model + "', this run builds '" +
-                      options_.model + "'");
+  if (model != model_name_)
+    throw FormatError(path + ": checkpoint holds model " + shown(model) + ", this run builds '" +
+                      model_name_ + "'");
+  const std::string& sample = require(file, path, "sample_shape");
+  const std::string built = shape_string(replicas_.front()->net.sample_shape());
+  if (sample != built)
+    throw FormatError(path + ": the checkpoint was trained on samples of " + shown(sample) +
+                      ", the data set of this run has samples of " + built + " (" +
+                      data_source_ + ")");
   const std::string& optimizer = require(file, path, "optimizer");
   if (optimizer != replicas_.front()->optimizer->name())
-    throw FormatError(path + ": checkpoint was trained with optimizer '" + optimizer +
-                      "', this run uses '" + replicas_.front()->optimizer->name() + "'");
+    throw FormatError(path + ": checkpoint was trained with optimizer " + shown(optimizer) +
+                      ", this run uses '" + replicas_.front()->optimizer->name() + "'");
   const int64_t epoch = parse_count(path, "epoch", require(file, path, "epoch"));
   const int64_t step = parse_count(path, "global_step", require(file, path, "global_step"));
   const uint64_t seed =
       static_cast<uint64_t>(parse_count(path, "seed", require(file, path, "seed")));
 
-  // Every tensor must be one the model expects, with the expected shape and dtype; every
-  // expected tensor must be present. Check everything before touching any device buffer.
-  std::map<std::string, const HostTensor*> by_name;
-  for (const HostTensor& t : file.tensors) by_name[t.name] = &t;
-  std::map<std::string, Tensor> targets;
-  for (const NamedParameter& p : network().named_parameters())
-    targets[p.name] = network().parameters().view(p.offset, p.shape);
-  for (const auto& [name, state] : replicas_.front()->optimizer->state())
-    targets["optimizer." + name] = state;
-  for (const auto& [name, tensor] : by_name)
-    if (!targets.count(name))
-      throw FormatError(path + ": tensor '" + name + "' does not belong to model '" +
-                        options_.model + "' with optimizer '" + optimizer + "'");
-  for (const auto& [name, target] : targets) {
-    auto it = by_name.find(name);
-    if (it == by_name.end())
-      throw FormatError(path + ": tensor '" + name + "' is missing");
-    if (it->second->shape != target.shape() || it->second->dtype != target.dtype())
-      throw FormatError(path + ": tensor '" + name + "' has shape " +
+  // The optimizer tensors must all be there with the right shapes; checked before any write.
+  std::map<std::string, const HostTensor*> optimizer_state;
+  for (const HostTensor& t : file.tensors)
+    if (t.name.rfind(kOptimizerPrefix, 0) == 0) optimizer_state[t.name] = &t;
+  for (const auto& [name, state] : replicas_.front()->optimizer->state()) {
+    auto it = optimizer_state.find(kOptimizerPrefix + name);
+    if (it == optimizer_state.end())
+      throw FormatError(path + ": tensor '" + kOptimizerPrefix + name + "' is missing");
+    if (it->second->shape != state.shape() || it->second->dtype != state.dtype())
+      throw FormatError(path + ": tensor " + shown(it->first) + " has shape " +
                         shape_string(it->second->shape) + " " + dtype_name(it->second->dtype) +
-                        ", the model expects " + shape_string(target.shape()) + " " +
-                        dtype_name(target.dtype()));
+                        ", the optimizer expects " + shape_string(state.shape()) + " " +
+                        dtype_name(state.dtype()));
+    optimizer_state.erase(it);
   }
-  // Load into every replica (a checkpoint from N devices loads on any number of devices).
+  if (!optimizer_state.empty())
+    throw FormatError(path + ": tensor " + shown(optimizer_state.begin()->first) +
+                      " does not belong to optimizer '" + optimizer + "'");
+  // Load into every replica (a checkpoint from N devices loads on any number of devices); the
+  // first load checks every tensor before anything is written.
   for (auto& r : replicas_) {
-    std::map<std::string, Tensor> mine;
-    for (const NamedParameter& p : r->net.named_parameters())
-      mine[p.name] = r->net.parameters().view(p.offset, p.shape);
-    for (const auto& [name, state] : r->optimizer->state()) mine["optimizer." + name] = state;
-    for (auto& [name, target] : mine)
-      target.copy_from_host(by_name[name]->bytes.data(), by_name[name]->bytes.size());
+    load_network_state_dict(r->net, file.tensors, path, true, kOptimizerPrefix);
+    for (const auto& [name, state] : r->optimizer->state())
+      for (const HostTensor& t : file.tensors)
+        if (t.name == kOptimizerPrefix + name) state.copy_from_host(t.bytes.data(), t.bytes.size());
     r->captured.reset();  // buffers are the same, but replay after a load is re-recorded anyway
     r->capture_tried = false;
   }
   options_.seed = seed;
   epochs_done_ = epoch;
   global_step_ = step;
+  for (auto& r : replicas_) r->net.set_batches_tracked(step);
 }
 
 std::string checkpoint_model_name(const std::string& path) {

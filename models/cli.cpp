@@ -1,162 +1,126 @@
-// Command-line parsing and the three commands.
+// The three commands of the `trident` CLI (options are parsed and checked in cli_options.cpp).
 #include "models/cli.h"
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iostream>
-#include <map>
 #include <sstream>
 
-#include "core/error.h"
+#include "core/dataset.h"
 #include "core/env.h"
+#include "core/error.h"
+#include "core/files.h"
 #include "core/idx.h"
+#include "core/json.h"
 #include "core/mpi/process_group.h"
 #include "core/registry.h"
+#include "core/safetensors.h"
+#include "models/cli_options.h"
 #include "models/progress.h"
-#include "models/seed_models.h"
+#include "models/zoo.h"
 #include "models/trainer.h"
 
 namespace trident {
 namespace {
 
-const char* kUsage = R"(usage: trident <command> [options]
+using Args = CliArgs;
 
-commands:
-  devices                 list every compiled-in backend, its devices, or why it has none
-  train                   train a model on an MNIST-format data set
-  eval --checkpoint FILE  evaluate a checkpoint on the test set
-  help                    this text
-
-train options (defaults are the MNIST notebook's):
-  --model mlp|cnn|mlp-big   model to train (cnn)
-  --epochs N                epochs to train in total, counting resumed ones (1)
-  --batch N                 global batch size, split across devices (200)
-  --lr X                    learning rate (0.01)
-  --momentum X              SGD momentum (0.5)
-  --weight-decay X          L2 weight decay (0)
-  --optimizer sgd|adam      optimizer (sgd)
-  --seed N                  seed of initial weights, shuffling and dropout (1)
-  --data DIR                MNIST-format directory (TRIDENT_DATA or /usr/share/datasets/fashion-mnist)
-  --devices LIST            devices that train together, e.g. cuda:0,cuda:1 or cuda:all
-                            (TRIDENT_DEVICES, else TRIDENT_BACKEND's or the best device)
-  --sync allreduce|average:K  sum gradients every step (default) or average weights every K steps
-  --checkpoint FILE         write a checkpoint (safetensors) after every epoch
-  --resume                  continue from --checkpoint FILE
-  --no-capture              run every step eagerly (no CUDA graph replay)
-  --train-limit N           use only the first N training samples (quick runs)
-  --test-limit N            use only the first N test samples
-  --json                    print one JSON object per epoch on stdout
-)";
-
-struct Args {
-  std::string command;
-  std::map<std::string, std::string> values;
-  std::map<std::string, bool> flags;
-};
-
-Args parse(const std::vector<std::string>& argv) {
-  static const std::map<std::string, bool> known = {  // option -> takes a value
-      {"--model", true},       {"--epochs", true},     {"--batch", true},
-      {"--lr", true},          {"--momentum", true},   {"--weight-decay", true},
-      {"--optimizer", true},   {"--seed", true},       {"--data", true},
-      {"--devices", true},     {"--sync", true},       {"--checkpoint", true},
-      {"--resume", false},     {"--no-capture", false}, {"--train-limit", true},
-      {"--test-limit", true},  {"--json", false},      {"--help", false}};
-  Args args;
-  if (argv.empty()) throw UsageError("no command given\n" + std::string(kUsage));
-  args.command = argv[0];
-  for (size_t i = 1; i < argv.size(); ++i) {
-    std::string name = argv[i], value;
-    const auto eq = name.find('=');
-    const bool inline_value = eq != std::string::npos;
-    if (inline_value) { value = name.substr(eq + 1); name = name.substr(0, eq); }
-    auto it = known.find(name);
-    if (it == known.end()) throw UsageError("unknown option '" + name + "' (see trident help)");
-    if (!it->second) {
-      if (inline_value) throw UsageError(name + " takes no value");
-      args.flags[name] = true;
-      continue;
-    }
-    if (!inline_value) {
-      if (i + 1 >= argv.size()) throw UsageError(name + " needs a value");
-      value = argv[++i];
-    }
-    args.values[name] = value;
-  }
-  return args;
-}
-
-int64_t get_int(const Args& a, const std::string& name, int64_t fallback, int64_t min_value) {
-  auto it = a.values.find(name);
-  if (it == a.values.end()) return fallback;
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(it->second, &used);
-    if (used == it->second.size() && v >= min_value) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(name + " '" + it->second + "' is not an integer >= " + std::to_string(min_value));
-}
-
-float get_float(const Args& a, const std::string& name, float fallback) {
-  auto it = a.values.find(name);
-  if (it == a.values.end()) return fallback;
-  try {
-    size_t used = 0;
-    const float v = std::stof(it->second, &used);
-    if (used == it->second.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(name + " '" + it->second + "' is not a number");
-}
-
-std::string get(const Args& a, const std::string& name, const std::string& fallback) {
-  auto it = a.values.find(name);
-  return it == a.values.end() ? fallback : it->second;
-}
-
-std::vector<Device*> pick_devices(const Args& a) {
+std::vector<Device*> pick_devices(const CliTrainSettings& s) {
   auto& registry = DeviceRegistry::global();
-  auto it = a.values.find("--devices");
-  return it != a.values.end() ? registry.device_list(it->second) : registry.selected_devices();
+  return !s.devices.empty() ? registry.device_list(s.devices) : registry.selected_devices();
 }
 
-MnistSplits load_data(const Args& a) {
-  MnistSplits data = load_mnist_directory(get(a, "--data", default_data_directory()));
-  auto limit = [](ImageDataset& d, int64_t n) {
-    if (n <= 0 || n >= d.count) return;
-    d.count = n;
-    d.images.resize(static_cast<size_t>(n * d.height * d.width));
-    d.labels.resize(static_cast<size_t>(n));
-  };
-  limit(data.train, get_int(a, "--train-limit", 0, 1));
-  limit(data.test, get_int(a, "--test-limit", 0, 1));
+// Reads only the samples the run uses (--train-limit / --test-limit apply while reading, so
+// nothing past them is inflated or allocated), from an IDX directory or an .npz. Byte images
+// get the recipe's normalisation (on the device); float samples are taken as they are.
+DatasetSplits load_data(const CliTrainSettings& s, const ModelRecipe& recipe) {
+  const std::string source = s.data.empty() ? default_data_directory() : s.data;
+  DatasetLoadOptions options;
+  options.train_limit = s.train_limit;
+  options.test_limit = s.test_limit;
+  DatasetSplits data = load_dataset(source, options);
+  for (Dataset* split : {&data.train, &data.test})
+    if (split->dtype() == DType::u8) split->set_normalization({true, {recipe.mean}, {recipe.std}});
   return data;
 }
 
-TrainOptions train_options(const Args& a) {
+// The recipe's settings, overridden by the options given on the command line.
+TrainOptions train_options(const CliArgs& a, const CliTrainSettings& s, const ModelRecipe& r) {
   TrainOptions o;
-  o.model = get(a, "--model", "cnn");
-  make_model(o.model);  // validates the name early
-  o.batch = get_int(a, "--batch", 200, 1);
-  o.seed = static_cast<uint64_t>(get_int(a, "--seed", 1, 0));
-  o.optimizer.kind = get(a, "--optimizer", "sgd");
-  o.optimizer.lr = get_float(a, "--lr", o.optimizer.kind == "adam" ? 0.001f : 0.01f);
-  o.optimizer.momentum = get_float(a, "--momentum", 0.5f);
-  o.optimizer.weight_decay = get_float(a, "--weight-decay", 0.0f);
-  o.capture = !a.flags.count("--no-capture");
-  const std::string sync = get(a, "--sync", "allreduce");
-  if (sync.rfind("average:", 0) == 0) {
-    Args k;
-    k.values["--sync average:K"] = sync.substr(8);
-    o.average_every = get_int(k, "--sync average:K", 0, 1);
-  } else if (sync != "allreduce") {
-    throw UsageError("--sync '" + sync + "': use allreduce or average:K");
+  o.batch = a.has("--batch") ? s.batch : r.batch;
+  o.epochs = a.has("--epochs") ? s.epochs : r.epochs;
+  o.optimizer = r.optimizer;
+  if (a.has("--optimizer") && s.optimizer != r.optimizer.kind) {
+    o.optimizer = OptimizerConfig{};  // another kind starts from its own defaults
+    o.optimizer.kind = s.optimizer;
+    o.optimizer.lr = s.optimizer == "sgd" ? 0.01f : 0.001f;
+    if (s.optimizer == "sgd") o.optimizer.momentum = r.optimizer.momentum;
   }
+  if (a.has("--lr")) o.optimizer.lr = s.lr;
+  if (a.has("--momentum")) o.optimizer.momentum = s.momentum;
+  if (a.has("--weight-decay")) o.optimizer.weight_decay = s.weight_decay;
+  if (s.nesterov) o.optimizer.nesterov = true;
+  if (s.no_nesterov) o.optimizer.nesterov = false;
+  if (a.has("--clip-grad")) o.optimizer.clip_grad_norm = s.clip_grad;
+  o.schedule = r.schedule;
+  if (a.has("--schedule") && s.schedule != r.schedule.kind) {
+    o.schedule = ScheduleConfig{};
+    o.schedule.kind = s.schedule;
+  }
+  if (a.has("--max-lr")) o.schedule.max_lr = s.max_lr;
+  if (a.has("--min-lr")) o.schedule.min_lr = s.min_lr;
+  if (a.has("--gamma")) o.schedule.gamma = s.gamma;
+  if (a.has("--warmup-steps")) o.schedule.warmup_steps = s.warmup_steps;
+  if (a.has("--step-epochs")) o.schedule.step_epochs = s.step_epochs;
+  if (o.schedule.kind == "onecycle" && !a.has("--lr"))  // OneCycleLR sets the lr itself
+    o.optimizer.lr = o.schedule.max_lr > 0.0f ? o.schedule.max_lr / o.schedule.div_factor
+                                              : o.optimizer.lr;
+  o.loss = a.has("--loss") ? s.loss : r.loss;
+  o.label_smoothing = s.label_smoothing;
+  if (s.augment) {
+    o.augment.crop_padding = s.crop_padding;
+    o.augment.horizontal_flip = !s.no_flip;
+  }
+  o.seed = s.seed;
+  o.capture = s.capture;
+  o.average_every = s.average_every;
+  validate(o.optimizer);
+  validate(o.schedule);
   return o;
+}
+
+// The effective training settings of a model, for `trident train --help --model NAME`.
+std::string describe_recipe(const ModelRecipe& r) {
+  std::ostringstream s;
+  s << "defaults for --model " << r.name << " (" << r.description << "):\n"
+    << "  --batch " << r.batch << " --epochs " << r.epochs << " --optimizer " << r.optimizer.kind
+    << " --lr " << r.optimizer.lr;
+  if (r.optimizer.kind == "sgd")
+    s << " --momentum " << r.optimizer.momentum << (r.optimizer.nesterov ? " --nesterov" : "");
+  s << " --weight-decay " << r.optimizer.weight_decay << "\n  --schedule " << r.schedule.kind;
+  if (r.schedule.kind == "onecycle")
+    s << " --max-lr " << r.schedule.max_lr << " (30% warm-up, cosine, div factor 25, final div "
+      << "factor 1e4, momentum 0.95 -> 0.85 -> 0.95)";
+  s << " --loss " << r.loss << "\n  byte images normalised as (x / 255 - " << r.mean << ") / "
+    << r.std << "\n";
+  return s.str();
+}
+
+// Before any data is read or any epoch trained: the checkpoint path can be written (and, to
+// resume, read), and temporaries that a killed write left beside it are removed.
+void prepare_checkpoint(const CliTrainSettings& s, bool leader, std::ostream& err) {
+  if (s.checkpoint.empty()) return;
+  check_output_file_path(s.checkpoint, "--checkpoint");
+  if (s.resume && !std::filesystem::exists(s.checkpoint))
+    throw UsageError("--resume: checkpoint '" + path_for_message(s.checkpoint) + "' does not exist");
+  if (!leader) return;  // the leader alone writes it, and cleans up after it
+  if (const int removed = remove_stale_temporaries(s.checkpoint))
+    err << "removed " << removed << " temporary file" << (removed == 1 ? "" : "s") << " left beside "
+        << s.checkpoint << " by an interrupted checkpoint write\n";
 }
 
 int cmd_devices(std::ostream& out) {
@@ -178,34 +142,35 @@ int cmd_devices(std::ostream& out) {
   return 0;
 }
 
+// The train command once its settings are final (the model name may come from the checkpoint).
 // Under mpirun every process runs this with its own share of the devices; only the leader
 // (rank 0) prints and writes the checkpoint.
-int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostream& err_all) {
-  std::ostream discard(nullptr);  // writes to it do nothing
-  std::ostream& err = group.leader() ? err_all : discard;
-  TrainOptions options = train_options(a);
+int train_with(const CliArgs& a, const CliTrainSettings& settings, const ProcessGroup& group,
+               std::ostream& out, std::ostream& err) {
+  const ModelRecipe& recipe = find_model(settings.model);
+  TrainOptions options = train_options(a, settings, recipe);
   options.process_count = group.size;
   options.process_rank = group.rank;
   options.collective = group.collective;
-  const int64_t epochs = get_int(a, "--epochs", 1, 1);
-  const std::string checkpoint = get(a, "--checkpoint", "");
-  const bool resume = a.flags.count("--resume") > 0;
-  const bool json = a.flags.count("--json") > 0;
-  if (resume && checkpoint.empty()) throw UsageError("--resume needs --checkpoint FILE");
-  if (resume && !std::filesystem::exists(checkpoint))
-    throw UsageError("--resume: checkpoint '" + checkpoint + "' does not exist");
-  if (resume && !a.values.count("--model")) options.model = checkpoint_model_name(checkpoint);
-  const bool listed = a.values.count("--devices") || env_string("TRIDENT_DEVICES");
-  const std::vector<Device*> devices = process_devices(pick_devices(a), listed, group);
-  const MnistSplits data = load_data(a);
-  Trainer trainer(devices, options, data);
-  if (resume) trainer.load_checkpoint(checkpoint);
+  const int64_t epochs = options.epochs;
+  const std::string& checkpoint = settings.checkpoint;
+  const bool listed = !settings.devices.empty() || env_string("TRIDENT_DEVICES");
+  const std::vector<Device*> devices = process_devices(pick_devices(settings), listed, group);
+  const DatasetSplits data = load_data(settings, recipe);
+  const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  Trainer trainer(devices, recipe.factory(classes), data, options);
+  if (settings.resume) trainer.load_checkpoint(checkpoint);
   const std::string device_names = trainer.device_names();
-  err << "training " << options.model << " (" << trainer.network().parameter_count()
+  const std::string model = recipe.name;
+  err << "training " << model << " (" << trainer.network().parameter_count()
       << " parameters) on " << device_names
       << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
-      << data.train.count << " samples from " << data.directory << ", batch " << options.batch
+      << data.train.size() << " samples of " << shape_string(data.train.sample_shape()) << " from "
+      << data.source << ", batch " << options.batch
       << ", " << options.optimizer.kind << " lr " << options.optimizer.lr;
+  if (options.schedule.kind != "none") err << " (" << options.schedule.kind << " schedule)";
+  err << ", " << loss_name(trainer.loss().kind) << " loss";
+  if (options.augment.enabled()) err << ", augmented";
   if (devices.size() > 1 || group.size > 1)
     err << ", all-reduce through " << trainer.collective_name();
   err << "\n";
@@ -218,13 +183,33 @@ int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostr
     if (group.leader())
       report = [&](const Progress& p) { progress.update(epoch, epochs, p, options.batch); };
     const EpochStats s = trainer.train_epoch(report);
-    if (!group.leader()) continue;  // the replicas are identical: one evaluates and saves
+    // Every process sees the same (all-reduced) loss, so all of them stop at the same epoch.
+    const bool diverged = !std::isfinite(s.train_loss) && !settings.allow_nonfinite;
+    if (!group.leader()) {
+      if (diverged) throw Error("the training loss of epoch " + std::to_string(epoch) + " is not finite");
+      continue;  // the replicas are identical: one evaluates and saves
+    }
     const EvalStats e = trainer.evaluate();
     progress.finish_epoch(epoch, epochs, s, e, device_names);
-    if (json) out << epoch_json(s, e, device_names, options.model) << std::endl;
+    if (settings.json) out << epoch_json(s, e, device_names, model) << std::endl;
+    if (diverged)  // weights that produce NaN are not worth a checkpoint: keep the last good one
+      throw Error("the training loss of epoch " + std::to_string(epoch) + " is " +
+                  (std::isnan(s.train_loss) ? "NaN" : "infinite") + ": the run diverged" +
+                  (checkpoint.empty() ? "" : " (" + checkpoint + " was not overwritten)") +
+                  ". Lower --lr (it is " + json::number(options.optimizer.lr) +
+                  "), or pass --allow-nonfinite to keep training anyway");
     if (!checkpoint.empty()) trainer.save_checkpoint(checkpoint);
   }
   return 0;
+}
+
+int train(const Args& a, const ProcessGroup& group, std::ostream& out, std::ostream& err_all) {
+  std::ostream discard(nullptr);  // writes to it do nothing
+  std::ostream& err = group.leader() ? err_all : discard;
+  CliTrainSettings settings = train_settings(a);
+  prepare_checkpoint(settings, group.leader(), err);
+  if (settings.resume && !a.values.count("--model")) settings.model = checkpoint_model_name(settings.checkpoint);
+  return train_with(a, settings, group, out, err);
 }
 
 int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
@@ -240,24 +225,33 @@ int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
 }
 
 int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
-  const std::string checkpoint = get(a, "--checkpoint", "");
+  CliTrainSettings settings = train_settings(a);
+  const std::string& checkpoint = settings.checkpoint;
   if (checkpoint.empty()) throw UsageError("eval needs --checkpoint FILE");
-  TrainOptions options = train_options(a);
-  options.model = checkpoint_model_name(checkpoint);
-  std::vector<Device*> devices = pick_devices(a);
+  settings.model = checkpoint_model_name(checkpoint);
+  const ModelRecipe& recipe = find_model(settings.model);
+  TrainOptions options = train_options(a, settings, recipe);
+  std::vector<Device*> devices = pick_devices(settings);
   devices.resize(1);  // evaluation runs on one device
-  MnistSplits data = load_data(a);
+  settings.train_limit = 1;  // the training split is not used: read a single sample of it
+  const DatasetSplits data = load_data(settings, recipe);
   options.batch = 1;  // the trainer is used for evaluation only
-  Trainer trainer(devices, options, data);
+  const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  Trainer trainer(devices, recipe.factory(classes), data, options);
   trainer.load_checkpoint(checkpoint);
   const EvalStats e = trainer.evaluate();
-  if (a.flags.count("--json"))
-    out << "{\"model\": \"" << options.model << "\", \"test_loss\": " << e.loss
-        << ", \"test_accuracy\": " << e.accuracy << ", \"samples\": " << e.samples
-        << ", \"device\": \"" << trainer.device_names() << "\"}" << std::endl;
+  if (settings.json)
+    out << json::ObjectWriter()
+               .string("model", recipe.name)
+               .number("test_loss", e.loss)
+               .number("test_accuracy", e.accuracy)
+               .integer("samples", e.samples)
+               .string("device", trainer.device_names())
+               .str()
+        << std::endl;
   else
-    out << options.model << " from " << checkpoint << ": test accuracy "
-        << 100.0 * e.accuracy << "%, test loss " << e.loss << " (" << e.samples << " samples, "
+    out << recipe.name << " from " << checkpoint << ": test accuracy " << 100.0 * e.accuracy
+        << "%, test loss " << e.loss << " (" << e.samples << " samples, "
         << trainer.device_names() << ")\n";
   return 0;
 }
@@ -266,15 +260,17 @@ int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
 
 int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   try {
-    const Args a = parse(argv);
+    const Args a = parse_cli(argv);
     if (a.command == "help" || a.command == "--help" || a.flags.count("--help")) {
-      out << kUsage;
+      out << kCliUsage;
+      if (a.command == "train" || a.command == "eval" || a.values.count("--model"))
+        out << "\n" << describe_recipe(find_model(a.get("--model", "cnn")));
       return 0;
     }
     if (a.command == "devices") return cmd_devices(out);
     if (a.command == "train") return cmd_train(a, out, err);
     if (a.command == "eval") return cmd_eval(a, out, err);
-    throw UsageError("unknown command '" + a.command + "'\n" + kUsage);
+    throw UsageError("unknown command '" + json::escape_for_message(a.command) + "'\n" + kCliUsage);
   } catch (const UsageError& e) {
     err << "trident: " << e.what() << "\n";
     return 2;

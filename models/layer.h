@@ -1,7 +1,9 @@
-// The Layer interface the models are built from: shapes, parameters, forward and backward, all
-// expressed through Device ops so that a layer never knows which backend runs it.
+// The Layer interface networks are built from: shape inference, parameters and buffers, forward
+// and backward, all expressed through Device ops so that a layer never knows which backend runs
+// it. Containers (Sequential, Residual) are layers whose children are layers.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,24 +12,33 @@
 
 namespace trident {
 
-// What a forward or backward call needs besides tensors.
+// What a forward or backward call needs besides tensors (made by the Trainer or the Predictor).
 struct StepContext {
   Device* device = nullptr;
   Tensor step_state;         // i32 [kStepStateCount] on the device (see core/op_types.h)
-  bool training = true;      // dropout is active only when training
+  bool training = true;      // dropout active, batch norm on batch statistics
   uint64_t seed = 0;         // the run's seed (dropout keys)
   int64_t sample_offset = 0; // index of this batch's first sample in the global batch, so that
                              // N replicas draw the same dropout masks as one device would
 };
 
-// One parameter tensor a layer owns: its name suffix ("weight"), shape, and init bound.
+// How a parameter starts: uniform(-bound, bound) (PyTorch's default for Linear and Conv2d
+// weights and biases: bound = 1 / sqrt(fan_in)) or a constant (batch norm: 1 and 0).
+struct ParamInit {
+  enum class Kind : uint8_t { uniform, constant } kind = Kind::uniform;
+  float value = 0.0f;  // the bound, or the constant
+  static ParamInit uniform(float bound) { return {Kind::uniform, bound}; }
+  static ParamInit constant(float value) { return {Kind::constant, value}; }
+};
+
+// One tensor a layer owns, named as PyTorch names it within the module ("weight", "running_var").
 struct ParamSpec {
   std::string name;
   Shape shape;
-  float init_bound = 0.0f;  // uniform(-bound, bound), PyTorch's default for Linear / Conv2d
+  ParamInit init;
 };
 
-// Per-batch-shape scratch a layer needs (argmax indices, im2col workspace ...).
+// Per-batch-shape scratch a layer needs (argmax indices, the convolution workspace ...).
 struct ScratchSpec {
   Shape shape;
   DType dtype = DType::f32;
@@ -35,31 +46,55 @@ struct ScratchSpec {
 
 class Layer {
  public:
+  Layer() = default;
+  Layer(const Layer&) = default;
+  Layer(Layer&&) = default;
+  Layer& operator=(const Layer&) = default;
+  Layer& operator=(Layer&&) = default;
   virtual ~Layer() = default;
   virtual std::string kind() const = 0;  // "Linear", "Conv2d", ...
   const std::string& name() const { return name_; }
   void set_name(const std::string& name) { name_ = name; }
-  // Position among the model's layers; dropout layers use it as their Philox stream.
+  // A stream id unique in the network, for Philox draws (dropout masks).
   void set_index(uint32_t index) { index_ = index; }
 
-  // The output shape for an input shape (batch first); ShapeError if the input does not fit.
+  // Called once by Network::build with the input shape (batch first, batch 1): infers what the
+  // constructor left open (input features, channels), checks the shape, returns the output
+  // shape. ShapeError (naming the layer) if the input does not fit.
+  virtual Shape setup(const Shape& input) { return output_shape(input); }
+  // The output shape for an input shape of any batch size (after setup).
   virtual Shape output_shape(const Shape& input) const = 0;
+  // Trainable parameters and non-trainable buffers (batch norm's running statistics), in
+  // PyTorch's state-dict order within the module. Valid after setup().
   virtual std::vector<ParamSpec> parameter_specs() const { return {}; }
-  // Views into the model's flat parameter and gradient buffers, in parameter_specs() order.
-  virtual void bind(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  virtual std::vector<ParamSpec> buffer_specs() const { return {}; }
+  // Views into the network's flat parameter, gradient and buffer storage, in spec order.
+  virtual void bind(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor>& buffers) {
     params_ = params;
     grads_ = grads;
+    buffers_ = buffers;
   }
   virtual std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const {
     return {};
   }
-  // True when the output is the input itself (a reshape, or an activation fused into the layer before).
+  // Children of a container, with the name each contributes to a parameter's path ("" for a
+  // child whose parameters sit directly in this layer's namespace).
+  virtual std::vector<std::pair<std::string, Layer*>> children() { return {}; }
+  // True when the output is the input itself (a reshape, an in-place activation, an activation
+  // fused into the layer before).
   virtual bool output_aliases_input() const { return false; }
+  // Whether this layer may write its output over its input (an in-place activation); the
+  // container clears it when the input is needed elsewhere (the first layer of a block).
+  virtual void allow_in_place(bool allowed) { (void)allowed; }
+  // Whether backward reads the forward output y (an activation computing its derivative from
+  // y, LogSoftmax): then y must stay as forward left it until backward.
+  virtual bool backward_reads_output() const { return false; }
 
   // y = layer(x).
   virtual void forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                        const std::vector<Tensor>& scratch) = 0;
-  // Parameter gradients (overwritten) and dx, unless dx is undefined (the first layer).
+  // Parameter gradients (overwritten) and dx, unless dx is undefined (nothing below needs it).
   virtual void backward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                         const Tensor& dy, const Tensor& dx,
                         const std::vector<Tensor>& scratch) = 0;
@@ -67,7 +102,7 @@ class Layer {
  protected:
   std::string name_;
   uint32_t index_ = 0;
-  std::vector<Tensor> params_, grads_;
+  std::vector<Tensor> params_, grads_, buffers_;
 };
 
 }  // namespace trident

@@ -1,181 +1,237 @@
-// Network: shape checking, parameter layout and initialisation, buffer management, forward/backward.
+// Network: parameter naming and layout, initialisation, the loss head, forward and backward.
 #include "models/network.h"
 
+#include <functional>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/philox.h"
 #include "models/layers.h"
-#include "models/loss.h"
 
 namespace trident {
 
-std::vector<float> initial_parameters(const std::vector<NamedParameter>& params, int64_t count,
-                                      uint64_t seed) {
+LossKind parse_loss(const std::string& name) {
+  if (name == "cross_entropy" || name == "ce") return LossKind::cross_entropy;
+  if (name == "nll") return LossKind::nll;
+  if (name == "mse") return LossKind::mse;
+  throw UsageError("unknown loss '" + name + "' (use cross_entropy, nll or mse)");
+}
+
+const char* loss_name(LossKind kind) {
+  switch (kind) {
+    case LossKind::cross_entropy: return "cross_entropy";
+    case LossKind::nll: return "nll";
+    case LossKind::mse: return "mse";
+  }
+  return "?";
+}
+
+std::vector<float> initial_values(const std::vector<NamedParameter>& tensors, int64_t count,
+                                  uint64_t seed) {
   std::vector<float> values(static_cast<size_t>(count));
-  for (size_t p = 0; p < params.size(); ++p) {
-    const int64_t n = shape_numel(params[p].shape);
-    const float bound = params[p].init_bound;
+  for (size_t p = 0; p < tensors.size(); ++p) {
+    const int64_t n = shape_numel(tensors[p].shape);
+    const ParamInit& init = tensors[p].init;
     for (int64_t i = 0; i < n; ++i) {
-      // Stream 0x80000000 + p keeps initialisation apart from every dropout stream.
-      const float u = philox_uniform(seed, 0x80000000u + static_cast<uint32_t>(p), 0xFFFFFFFFu,
-                                     static_cast<uint64_t>(i));
-      values[static_cast<size_t>(params[p].offset + i)] = (2.0f * u - 1.0f) * bound;
+      float v = init.value;
+      if (init.kind == ParamInit::Kind::uniform) {
+        // Stream 0x80000000 + p keeps initialisation apart from every dropout stream.
+        const float u = philox_uniform(seed, 0x80000000u + static_cast<uint32_t>(p), 0xFFFFFFFFu,
+                                       static_cast<uint64_t>(i));
+        v = (2.0f * u - 1.0f) * init.value;
+      }
+      values[static_cast<size_t>(tensors[p].offset + i)] = v;
     }
   }
   return values;
 }
 
-Shape Network::batch_shape(int64_t batch) const {
-  Shape s{batch};
-  s.insert(s.end(), sample_shape_.begin(), sample_shape_.end());
-  return s;
+namespace {
+
+std::string join(const std::string& path, const std::string& name) {
+  if (path.empty()) return name;
+  if (name.empty()) return path;
+  return path + "." + name;
+}
+
+// Visits every layer below `layer` in pre-order with its state-dict path.
+void walk(Layer& layer, const std::string& path,
+          const std::function<void(Layer&, const std::string&)>& visit) {
+  visit(layer, path);
+  for (auto& [name, child] : layer.children()) walk(*child, join(path, name), visit);
+}
+
+}  // namespace
+
+Device& Network::device() const {
+  if (!device_) throw Error("model '" + model_name_ + "': build() has not been called");
+  return *device_;
 }
 
 void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
-  if (layers_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
-  device_ = &device;
-  sample_shape_ = sample_shape;
-  // Fuse each Linear followed by a ReLU into the GEMM epilogue (the ReLU layer still masks the
-  // gradient), and each MaxPool2d followed by a ReLU into the pooling (whose argmax masks it).
-  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    auto* relu = dynamic_cast<ReLU*>(layers_[i + 1].get());
-    if (!relu) continue;
-    if (auto* linear = dynamic_cast<Linear*>(layers_[i].get())) {
-      linear->set_fused_relu(true);
-      relu->set_passthrough(true);
-    } else if (auto* pool = dynamic_cast<MaxPool2d*>(layers_[i].get())) {
-      pool->set_fused_relu(true);
-      relu->set_passthrough(true, false);
-    }
+  if (root_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
+  Shape batch1{1};
+  batch1.insert(batch1.end(), sample_shape.begin(), sample_shape.end());
+  Shape out;
+  try {
+    out = root_.setup(batch1);
+  } catch (const ShapeError& e) {
+    throw ShapeError("model '" + model_name_ + "' on samples of shape " +
+                     shape_string(sample_shape) + ", layer " + e.what());
   }
-  // Check the shapes through the stack once, with a batch of 1, and lay out the parameters.
-  Shape shape = batch_shape(1);
+  output_shape_ = Shape(out.begin() + 1, out.end());
+  sample_shape_ = sample_shape;
+
+  // Lay out parameters and buffers in pre-order (PyTorch's state-dict order), and number the
+  // layers (their Philox streams).
   named_.clear();
+  named_buffers_.clear();
+  state_entries_.clear();
+  batchnorm_names_.clear();
   layer_ranges_.clear();
-  split_backward_.clear();
   parameter_count_ = 0;
-  for (auto& layer : layers_) {
-    split_backward_.push_back(dynamic_cast<Linear*>(layer.get()));
+  int64_t buffer_count = 0;
+  uint32_t index = 0;
+  for (auto& [top_name, top] : root_.children()) {
     ParameterRange range{parameter_count_, parameter_count_};
-    try {
-      shape = layer->output_shape(shape);
-    } catch (const ShapeError& e) {
-      throw ShapeError("model '" + model_name_ + "', layer '" + layer->name() + "': " + e.what());
-    }
-    for (const ParamSpec& spec : layer->parameter_specs()) {
-      named_.push_back({layer->name() + "." + spec.name, spec.shape, parameter_count_,
-                        spec.init_bound});
-      parameter_count_ += shape_numel(spec.shape);
-    }
+    walk(*top, top_name, [&](Layer& layer, const std::string& path) {
+      layer.set_index(index++);
+      for (const ParamSpec& spec : layer.parameter_specs()) {
+        state_entries_.push_back({StateEntry::Kind::parameter, join(path, spec.name), named_.size()});
+        named_.push_back({join(path, spec.name), spec.shape, parameter_count_, spec.init});
+        parameter_count_ += shape_numel(spec.shape);
+      }
+      for (const ParamSpec& spec : layer.buffer_specs()) {
+        state_entries_.push_back(
+            {StateEntry::Kind::buffer, join(path, spec.name), named_buffers_.size()});
+        named_buffers_.push_back({join(path, spec.name), spec.shape, buffer_count, spec.init});
+        buffer_count += shape_numel(spec.shape);
+      }
+      if (dynamic_cast<BatchNorm*>(&layer)) {
+        batchnorm_names_.push_back(path);
+        state_entries_.push_back({StateEntry::Kind::counter, join(path, "num_batches_tracked"), 0});
+      }
+    });
     range.end = parameter_count_;
     layer_ranges_.push_back(range);
   }
-  first_parameter_layer_ = layers_.size();
-  for (size_t i = 0; i < layers_.size() && first_parameter_layer_ == layers_.size(); ++i)
-    if (layer_ranges_[i].count() > 0) first_parameter_layer_ = i;
+  device_ = &device;
   params_ = Tensor::from_host(device, {parameter_count_},
-                              initial_parameters(named_, parameter_count_, seed));
+                              initial_values(named_, parameter_count_, seed));
   grads_ = Tensor::zeros(device, {parameter_count_});
-  size_t next = 0;
-  for (auto& layer : layers_) {
-    std::vector<Tensor> p, g;
-    for (size_t k = 0; k < layer->parameter_specs().size(); ++k, ++next) {
-      p.push_back(params_.view(named_[next].offset, named_[next].shape));
-      g.push_back(grads_.view(named_[next].offset, named_[next].shape));
+  buffers_ = buffer_count > 0 ? Tensor::from_host(device, {buffer_count},
+                                                  initial_values(named_buffers_, buffer_count, 0))
+                              : Tensor();
+  size_t next_param = 0, next_buffer = 0;
+  walk(root_, "", [&](Layer& layer, const std::string&) {
+    std::vector<Tensor> p, g, b;
+    for (size_t k = 0; k < layer.parameter_specs().size(); ++k, ++next_param) {
+      p.push_back(params_.view(named_[next_param].offset, named_[next_param].shape));
+      g.push_back(grads_.view(named_[next_param].offset, named_[next_param].shape));
     }
-    layer->bind(p, g);
-  }
-  buffers_.clear();
-  last_ = nullptr;
+    for (size_t k = 0; k < layer.buffer_specs().size(); ++k, ++next_buffer)
+      b.push_back(buffers_.view(named_buffers_[next_buffer].offset,
+                                named_buffers_[next_buffer].shape));
+    layer.bind(p, g, b);
+  });
+  inputs_.clear();
+  log_probs_.clear();
+  have_forward_ = false;
+  batches_tracked_ = 0;
 }
 
-Network::Buffers& Network::buffers_for(int64_t batch) {
-  if (!device_) throw Error("Network::build() must be called before use");
-  auto found = buffers_.find(batch);
-  if (found != buffers_.end()) return found->second;
-  Buffers b;
-  Shape shape = batch_shape(batch);
-  b.input = Tensor::empty(*device_, shape);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = *layers_[i];
-    const Shape out = layer.output_shape(shape);
-    std::vector<Tensor> scratch;
-    for (const ScratchSpec& s : layer.scratch_specs(*device_, shape))
-      scratch.push_back(Tensor::empty(*device_, s.shape, s.dtype));
-    b.scratch.push_back(std::move(scratch));
-    // An aliasing layer's output (and output gradient) is its input's memory, reshaped.
-    const bool alias = layer.output_aliases_input();
-    const Tensor& in = i == 0 ? b.input : b.activations[i - 1];
-    b.activations.push_back(alias ? in.reshape(out) : Tensor::empty(*device_, out));
-    b.activation_grads.push_back(alias && i > 0 ? b.activation_grads[i - 1].reshape(out)
-                                                : Tensor::empty(*device_, out));
-    shape = out;
-  }
-  return buffers_.emplace(batch, std::move(b)).first->second;
+const Tensor& Network::input_buffer(int64_t batch) {
+  auto found = inputs_.find(batch);
+  if (found != inputs_.end()) return found->second;
+  Shape shape{batch};
+  shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
+  return inputs_[batch] = Tensor::empty(device(), shape);
 }
-
-const Tensor& Network::input_buffer(int64_t batch) { return buffers_for(batch).input; }
 
 const Tensor& Network::forward(const StepContext& ctx, const Tensor& input) {
-  return forward_layers(ctx, input, layers_.size());
+  return run(ctx, input, root_.size());
+}
+
+const Tensor& Network::run(const StepContext& ctx, const Tensor& input, size_t count) {
+  if (!built()) throw Error("model '" + model_name_ + "': build() has not been called");
+  Shape want{input.shape().empty() ? 0 : input.dim(0)};
+  want.insert(want.end(), sample_shape_.begin(), sample_shape_.end());
+  if (input.shape() != want)
+    throw ShapeError("model '" + model_name_ + "' expects input " + shape_string(want) +
+                     ", got " + shape_string(input.shape()));
+  last_input_ = input;
+  head_fused_ = false;
+  have_forward_ = true;
+  return root_.forward_children(ctx, input, count);
 }
 
 bool Network::ends_with_log_softmax() const {
-  return layers_.size() >= 2 && dynamic_cast<const LogSoftmax*>(layers_.back().get()) != nullptr;
+  return root_.size() >= 2 && dynamic_cast<const LogSoftmax*>(&root_.layer(root_.size() - 1));
 }
 
-const Tensor& Network::forward_nll(const StepContext& ctx, const Tensor& input,
-                                   const Tensor& labels, const Tensor& loss, bool accumulate,
-                                   float scale) {
-  const int64_t batch = input.dim(0);
+void Network::check_loss(const LossSpec& spec, const Tensor& output) const {
+  if (output.shape().size() != 2)
+    throw ShapeError("model '" + model_name_ + "': the " + loss_name(spec.kind) +
+                     " loss needs an output of [batch, classes], the model gives " +
+                     shape_string(output.shape()));
+  if (spec.kind == LossKind::nll && !ends_with_log_softmax())
+    throw UsageError("model '" + model_name_ + "': the nll loss needs log-probabilities (a "
+                     "LogSoftmax last layer); use cross_entropy on logits");
+  if (spec.kind == LossKind::mse && spec.label_smoothing != 0.0f)
+    throw UsageError("label smoothing applies to cross_entropy and nll, not mse");
+}
+
+const Tensor& Network::log_probs(int64_t batch) {
+  auto found = log_probs_.find(batch);
+  if (found != log_probs_.end()) return found->second;
+  Shape shape{batch};
+  shape.insert(shape.end(), output_shape_.begin(), output_shape_.end());
+  return log_probs_[batch] = Tensor::empty(device(), shape);
+}
+
+const Tensor& Network::forward_loss(const StepContext& ctx, const Tensor& input,
+                                    const Tensor& labels, const LossSpec& spec, const Tensor& loss,
+                                    bool accumulate, float scale) {
+  const int64_t batch = input.shape().empty() ? 0 : input.dim(0);
   if (labels.shape() != Shape{batch} || labels.dtype() != DType::i32)
-    throw ShapeError("model '" + model_name_ + "': the NLL loss needs int32 labels [" +
-                     std::to_string(batch) + "], got " + shape_string(labels.shape()));
-  if (!ends_with_log_softmax()) {  // the loss and its gradient as separate ops
-    const Tensor& out = forward(ctx, input);
-    NLLLoss nll;
-    nll.forward(ctx, out, labels, loss, accumulate);
-    nll.backward(ctx, out, labels, output_gradient(), scale);
-    return out;
+    throw ShapeError("model '" + model_name_ + "': the loss needs int32 labels [" +
+                     std::to_string(batch) + "], got " + shape_string(labels.shape()) + " " +
+                     dtype_name(labels.dtype()));
+  const float grad_scale = scale / static_cast<float>(batch);
+  const size_t n = root_.size();
+  if (spec.kind != LossKind::mse && ends_with_log_softmax()) {
+    // The head's softmax, loss and both gradients in one op; backward starts below it.
+    const Tensor& logits = run(ctx, input, n - 1);
+    check_loss(spec, root_.child_output(n - 1));
+    ctx.device->log_softmax_nll(logits, labels, grad_scale, spec.label_smoothing,
+                                root_.child_output(n - 1), loss, accumulate,
+                                root_.child_output_gradient(n - 2));
+    head_fused_ = true;
+    return root_.child_output(n - 1);
   }
-  const size_t head = layers_.size() - 1;
-  const Tensor& logits = forward_layers(ctx, input, head);
-  Buffers& b = *last_;
-  ctx.device->log_softmax_nll(logits, labels, scale / static_cast<float>(batch), 0.0f,
-                              b.activations[head], loss, accumulate, b.activation_grads[head - 1]);
-  head_fused_ = true;
-  return b.activations[head];
+  const Tensor& out = forward(ctx, input);
+  check_loss(spec, out);
+  const Tensor& dout = root_.child_output_gradient(n - 1);
+  if (spec.kind == LossKind::mse)
+    ctx.device->mse_loss(out, labels, grad_scale, loss, accumulate, dout);
+  else
+    ctx.device->log_softmax_nll(out, labels, grad_scale, spec.label_smoothing,
+                                log_probs(batch), loss, accumulate, dout);
+  return out;
 }
 
-const Tensor& Network::forward_layers(const StepContext& ctx, const Tensor& input, size_t count) {
-  if (input.shape() != batch_shape(input.dim(0)))
-    throw ShapeError("model '" + model_name_ + "' expects input " +
-                     shape_string(batch_shape(input.dim(0))) + ", got " +
-                     shape_string(input.shape()));
-  Buffers& b = buffers_for(input.dim(0));
-  last_ = &b;
-  last_input_ = input;
-  head_fused_ = false;
-  const Tensor* x = &input;
-  for (size_t i = 0; i < count; ++i) {
-    Tensor y = b.activations[i];
-    if (layers_[i]->output_aliases_input() && x != &b.activations[i])
-      y = x->reshape(b.activations[i].shape());  // alias whatever the input really is
-    b.activations[i] = y;
-    layers_[i]->forward(ctx, *x, b.activations[i], b.scratch[i]);
-    x = &b.activations[i];
+void Network::evaluate_loss(const StepContext& ctx, const Tensor& output, const Tensor& labels,
+                            const LossSpec& spec, const Tensor& loss, bool accumulate) {
+  check_loss(spec, output);
+  if (spec.kind == LossKind::mse) {
+    ctx.device->mse_loss(output, labels, 1.0f, loss, accumulate, Tensor());
+  } else if (ends_with_log_softmax()) {
+    ctx.device->nll_loss_forward(output, labels, loss, accumulate, spec.label_smoothing);
+  } else {
+    const Tensor& logp = log_probs(output.dim(0));
+    ctx.device->log_softmax_forward(output, logp);
+    ctx.device->nll_loss_forward(logp, labels, loss, accumulate, spec.label_smoothing);
   }
-  return *x;
-}
-
-const Tensor& Network::output_gradient() {
-  if (!last_) throw Error("output_gradient() before forward()");
-  return last_->activation_grads.back();
-}
-
-void Network::backward(const StepContext& ctx) {
-  for (size_t i = layers_.size(); i-- > 0;) backward_layer(ctx, i);
 }
 
 ParameterRange Network::layer_parameters(size_t i) const {
@@ -185,46 +241,36 @@ ParameterRange Network::layer_parameters(size_t i) const {
   return layer_ranges_[i];
 }
 
-void Network::check_backward_layer(size_t i) const {
-  if (!last_) throw Error("backward() before forward()");
-  if (i >= layers_.size())
-    throw Error("model '" + model_name_ + "' has " + std::to_string(layers_.size()) +
-                " layers, no layer " + std::to_string(i) + " to run backward through");
+void Network::backward(const StepContext& ctx) {
+  for (size_t i = root_.size(); i-- > 0;) {
+    backward_layer_parameters(ctx, i);
+    backward_layer_input(ctx, i);
+  }
 }
 
 void Network::backward_layer_parameters(const StepContext& ctx, size_t i) {
-  check_backward_layer(i);
-  if (head_fused_ && i + 1 == layers_.size()) return;  // forward_nll wrote its input gradient
-  Buffers& b = *last_;
-  const Tensor& x = i == 0 ? last_input_ : b.activations[i - 1];
-  if (Linear* linear = split_backward_[i]) {
-    linear->backward_parameters(ctx, x, b.activation_grads[i]);
-    return;
-  }
-  if (i < first_parameter_layer_) return;  // no parameters here or below: no gradient needed
-  // The first layer with parameters needs no input gradient. For an aliasing layer dx is dy's
-  // memory: a passthrough ReLU masks it in place, Flatten has nothing to do.
-  const Tensor dx = i == first_parameter_layer_ ? Tensor() : b.activation_grads[i - 1];
-  layers_[i]->backward(ctx, x, b.activations[i], b.activation_grads[i], dx, b.scratch[i]);
+  if (!have_forward_) throw Error("model '" + model_name_ + "': backward() before forward");
+  if (head_fused_ && i + 1 == root_.size()) return;  // forward_loss wrote its input gradient
+  root_.backward_child_parameters(ctx, i, last_input_, Tensor(), Tensor());
 }
 
 void Network::backward_layer_input(const StepContext& ctx, size_t i) {
-  check_backward_layer(i);
-  Linear* linear = split_backward_[i];
-  // Done by the first half, or no input gradient needed.
-  if (!linear || i <= first_parameter_layer_) return;
-  linear->backward_input(ctx, last_->activation_grads[i], last_->activation_grads[i - 1]);
+  if (head_fused_ && i + 1 == root_.size()) return;
+  root_.backward_child_input(ctx, i, Tensor(), Tensor());
 }
 
 std::string Network::summary() const {
   std::ostringstream out;
-  out << model_name_ << ": " << layers_.size() << " layers, " << parameter_count_
+  out << model_name_ << ": " << root_.size() << " layers, " << parameter_count_
       << " parameters\n";
-  Shape shape = batch_shape(1);
-  for (const auto& layer : layers_) {
-    shape = layer->output_shape(shape);
-    out << "  " << layer->name() << " (" << layer->kind() << ") -> " << shape_string(shape)
-        << "\n";
+  Shape shape{1};
+  shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
+  for (size_t i = 0; i < root_.size(); ++i) {
+    const Layer& layer = root_.layer(i);
+    if (built()) shape = layer.output_shape(shape);
+    out << "  " << layer.name() << " (" << layer.kind() << ")";
+    if (built()) out << " -> " << shape_string(shape);
+    out << "\n";
   }
   return out.str();
 }

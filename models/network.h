@@ -1,17 +1,29 @@
-// Network: an ordered stack of layers with its parameters in one flat device buffer (so that the
-// optimizer and the all-reduce each touch one buffer) and persistent activation buffers per batch
-// size (so that a step allocates nothing and can be captured and replayed).
+// Network: a model as a value. A root Sequential of layers (containers included) with its
+// parameters in one flat device buffer (so that the optimizer and the all-reduce each touch one
+// buffer), its non-trainable buffers (batch-norm statistics) in another, parameter names as
+// PyTorch's state dict has them, and the loss head fused into the last layers where it can be.
+//
+//   Network net("small_cnn");
+//   net.add("conv1", Conv2d(16, 3).padding(1));   // input channels inferred at build
+//   net.add("bn1", BatchNorm2d());
+//   net.add("relu1", ReLU());
+//   net.add("pool", GlobalAvgPool2d());
+//   net.add("flatten", Flatten());
+//   net.add("fc", Linear(10));                    // input features inferred at build
+//
+// Networks are trained by the Trainer and run by the Predictor; both make the StepContext the
+// low-level calls below take.
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "models/layer.h"
+#include "models/sequential.h"
 
 namespace trident {
-
-class Linear;
 
 // A range of the flat parameter (and gradient) buffer, in floats: [begin, end).
 struct ParameterRange {
@@ -20,116 +32,134 @@ struct ParameterRange {
   size_t bytes() const { return static_cast<size_t>(end - begin) * sizeof(float); }
 };
 
+// One tensor of the state dict: "layer1.0.conv1.weight", its shape, where it lies in its flat
+// buffer (in floats) and how it starts.
 struct NamedParameter {
-  std::string name;   // "conv1.weight", as PyTorch names the same model's state dict
+  std::string name;
   Shape shape;
-  int64_t offset = 0; // in floats, within the flat buffer
-  float init_bound = 0.0f;
+  int64_t offset = 0;
+  ParamInit init;
 };
+
+// One entry of the state dict in PyTorch's order (modules in pre-order; per module its
+// parameters, then its buffers, then a batch norm's num_batches_tracked counter).
+struct StateEntry {
+  enum class Kind : uint8_t { parameter, buffer, counter } kind;
+  std::string name;
+  size_t index = 0;  // into named_parameters() or named_buffers() (counters: unused)
+};
+
+// The loss a training step computes on the network's output.
+enum class LossKind : uint8_t {
+  cross_entropy,  // on logits (log-softmax + NLL fused); also right after a LogSoftmax layer
+  nll,            // on log-probabilities: the model ends in LogSoftmax
+  mse,            // mean squared error against the one-hot labels
+};
+struct LossSpec {
+  LossKind kind = LossKind::cross_entropy;
+  float label_smoothing = 0.0f;  // cross-entropy and NLL only, in [0, 1)
+};
+LossKind parse_loss(const std::string& name);  // "cross_entropy", "nll", "mse"
+const char* loss_name(LossKind kind);
 
 class Network {
  public:
-  explicit Network(std::string model_name) : model_name_(std::move(model_name)) {}
+  explicit Network(std::string model_name = "model") : model_name_(std::move(model_name)) {}
   Network(Network&&) = default;
   Network& operator=(Network&&) = default;
 
-  // Appends a layer; parameter names are "<name>.weight" / "<name>.bias".
-  template <typename L, typename... Args>
-  L& add(const std::string& name, Args&&... args) {
-    auto layer = std::make_unique<L>(std::forward<Args>(args)...);
-    L& ref = *layer;
-    layer->set_name(name.empty() ? std::to_string(layers_.size()) : name);
-    layer->set_index(static_cast<uint32_t>(layers_.size()));
-    layers_.push_back(std::move(layer));
-    return ref;
+  // Appends a layer (moved in); parameter names are "<name>.weight" and so on, containers
+  // adding their children's names ("layer1.0.conv1.weight").
+  template <typename L>
+  L& add(const std::string& name, L layer) {
+    if (built()) throw ShapeError("model '" + model_name_ + "': add() after build()");
+    return root_.add(name, std::move(layer));
   }
 
-  // Checks every layer's shapes for samples of sample_shape (no batch dim), fuses Linear+ReLU,
-  // allocates the flat parameter and gradient buffers on `device`, and initialises the weights
-  // from `seed` with Philox on the host (identical on every backend).
+  // Infers and checks every layer's shapes for samples of sample_shape (no batch dimension),
+  // fuses activations, allocates the flat parameter, gradient and buffer storage on `device`,
+  // and initialises the parameters from `seed` with Philox on the host (identical on every
+  // backend): PyTorch's default distributions (uniform(+-1/sqrt(fan_in)) for Linear and Conv2d,
+  // 1 and 0 for batch norm).
   void build(Device& device, const Shape& sample_shape, uint64_t seed);
+  bool built() const { return device_ != nullptr; }
 
   const std::string& model_name() const { return model_name_; }
-  Device& device() const { return *device_; }
+  Device& device() const;
   const Shape& sample_shape() const { return sample_shape_; }
-  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  const Shape& output_sample_shape() const { return output_shape_; }  // e.g. [10]
+  Sequential& root() { return root_; }
   const std::vector<NamedParameter>& named_parameters() const { return named_; }
+  const std::vector<NamedParameter>& named_buffers() const { return named_buffers_; }
+  const std::vector<StateEntry>& state_entries() const { return state_entries_; }
   int64_t parameter_count() const { return parameter_count_; }
   const Tensor& parameters() const { return params_; }  // flat [parameter_count]
-  Tensor& parameters() { return params_; }  // writable: loading weights, tests
   const Tensor& gradients() const { return grads_; }    // same layout as parameters()
+  const Tensor& buffers() const { return buffers_; }    // flat running statistics (may be empty)
+  // PyTorch's batch-norm counters: one per batch norm, all equal to the training forwards run
+  // (set by the Trainer from its step count; read and written with the state dict).
+  const std::vector<std::string>& batchnorm_names() const { return batchnorm_names_; }
+  int64_t batches_tracked() const { return batches_tracked_; }
+  void set_batches_tracked(int64_t count) { batches_tracked_ = count; }
   std::string summary() const;
 
+  // ---- low level: the steps a Trainer or Predictor runs -----------------------------------
   // The buffer a batch of `batch` samples is gathered into before forward().
   const Tensor& input_buffer(int64_t batch);
   // Runs the layers on input ([batch, sample_shape...]); returns the output (persistent buffer).
   const Tensor& forward(const StepContext& ctx, const Tensor& input);
-  // The buffer the loss writes d(loss)/d(output) into, for the last forward's batch size.
-  const Tensor& output_gradient();
-  // Whether the last layer is a LogSoftmax (with a layer before it): forward_nll can fuse it.
+  // Whether the last layer is a LogSoftmax with a layer before it (the loss can fuse it).
   bool ends_with_log_softmax() const;
-  // A training forward with the NLL loss: forward() plus loss[0] (+)= the batch's mean NLL of
-  // the output against labels (int32 [B]) and d(scale * loss)/d(output) through the LogSoftmax.
-  // On a model ending in LogSoftmax the softmax, the loss and both gradients are one device op
-  // (Device::log_softmax_nll) that writes the LogSoftmax's input gradient, and the backward
-  // that follows starts below the LogSoftmax. Returns the output (the log-probabilities).
-  const Tensor& forward_nll(const StepContext& ctx, const Tensor& input, const Tensor& labels,
-                            const Tensor& loss, bool accumulate, float scale = 1.0f);
-  // Backward through every layer for the last forward; fills gradients(). It is
-  // backward_layer(ctx, i) for i = layer_count() - 1 down to 0.
+  // A training forward with a loss: forward(), then loss[0] (+)= the batch's mean loss and the
+  // gradient of scale * that mean with respect to the output, ready for backward(). A
+  // LogSoftmax at the end and cross-entropy / NLL become one op (Device::log_softmax_nll).
+  // labels: int32 [batch]. Returns the output.
+  const Tensor& forward_loss(const StepContext& ctx, const Tensor& input, const Tensor& labels,
+                             const LossSpec& loss_spec, const Tensor& loss, bool accumulate,
+                             float scale = 1.0f);
+  // loss[0] (+)= the mean loss of `output` (the last forward's) against labels, no gradients.
+  void evaluate_loss(const StepContext& ctx, const Tensor& output, const Tensor& labels,
+                     const LossSpec& loss_spec, const Tensor& loss, bool accumulate);
+  // Backward through every layer for the last forward_loss; fills gradients().
   void backward(const StepContext& ctx);
 
-  // Layer by layer, for data parallelism that sums finished gradients while backward goes on.
-  // Parameters are laid out in layer order, so backward finishes the buffer's tail first.
-  size_t layer_count() const { return layers_.size(); }
-  // Where layer i's parameters (and their gradients) lie in the flat buffers; empty (begin ==
-  // end, at the layer's place in the order) for a layer without parameters.
+  // Layer by layer (top level), for data parallelism that sums finished gradients while
+  // backward goes on. Parameters lie in layer order, so backward finishes the buffer's tail first.
+  size_t layer_count() const { return root_.size(); }
+  // Where top-level layer i's parameters (and gradients) lie in the flat buffers; empty
+  // (begin == end, at the layer's place in the order) for a layer without parameters.
   ParameterRange layer_parameters(size_t i) const;
-  // Backward through layer i of the last forward, in two halves: first its parameter gradients,
-  // then the gradient of its input (which layer i - 1's backward reads; skipped where no layer
-  // below i has parameters). Layers that cannot be split (Conv2d is one backend call) do
-  // everything in the first half. The layers above i must have finished both halves.
+  // Backward through top-level layer i, in two halves (see Sequential); the layers above i must
+  // have finished both halves.
   void backward_layer_parameters(const StepContext& ctx, size_t i);
   void backward_layer_input(const StepContext& ctx, size_t i);
-  void backward_layer(const StepContext& ctx, size_t i) {
-    backward_layer_parameters(ctx, i);
-    backward_layer_input(ctx, i);
-  }
 
  private:
-  struct Buffers {                         // everything one batch size needs
-    Tensor input;
-    std::vector<Tensor> activations;       // [i] = output of layer i
-    std::vector<Tensor> activation_grads;  // [i] = d loss / d output of layer i
-    std::vector<std::vector<Tensor>> scratch;
-  };
-  Buffers& buffers_for(int64_t batch);
-  Shape batch_shape(int64_t batch) const;
-  void check_backward_layer(size_t i) const;
+  void check_loss(const LossSpec& spec, const Tensor& output) const;
+  // Checks the input, then runs the first `count` top-level layers; returns the last output.
+  const Tensor& run(const StepContext& ctx, const Tensor& input, size_t count);
+  // The cross-entropy head's log-probabilities for a batch size (logits models).
+  const Tensor& log_probs(int64_t batch);
 
   std::string model_name_;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<NamedParameter> named_;
-  std::vector<ParameterRange> layer_ranges_;  // [i] = layer i's parameters
-  std::vector<Linear*> split_backward_;       // [i] = layer i when it is a Linear, else null
-  // The first layer with parameters: nothing needs the input gradient of it or of any layer
-  // below it, so their backward computes parameter gradients only (or nothing).
-  size_t first_parameter_layer_ = 0;
+  Sequential root_;
+  std::vector<NamedParameter> named_, named_buffers_;
+  std::vector<StateEntry> state_entries_;
+  std::vector<ParameterRange> layer_ranges_;  // [i] = top-level layer i's parameters
+  std::vector<std::string> batchnorm_names_;
+  int64_t batches_tracked_ = 0;
   Device* device_ = nullptr;
-  Shape sample_shape_;
+  Shape sample_shape_, output_shape_;
   int64_t parameter_count_ = 0;
-  Tensor params_, grads_;
-  std::map<int64_t, Buffers> buffers_;
-  // forward() through layers [0, count) of `input`'s batch; returns the last output.
-  const Tensor& forward_layers(const StepContext& ctx, const Tensor& input, size_t count);
-
+  Tensor params_, grads_, buffers_;
+  std::map<int64_t, Tensor> inputs_, log_probs_;
   Tensor last_input_;
-  Buffers* last_ = nullptr;
-  bool head_fused_ = false;  // the last forward was forward_nll's fused head: skip its backward
+  bool head_fused_ = false;  // the last forward fused the final LogSoftmax: skip its backward
+  bool have_forward_ = false;
 };
 
-// Host-side initial values of every parameter, laid out as the flat buffer (Philox uniform).
-std::vector<float> initial_parameters(const std::vector<NamedParameter>& params, int64_t count,
-                                      uint64_t seed);
+// Host-side initial values laid out as a flat buffer (Philox uniform or constants).
+std::vector<float> initial_values(const std::vector<NamedParameter>& tensors, int64_t count,
+                                  uint64_t seed);
 
 }  // namespace trident

@@ -1,78 +1,82 @@
-// SGD (momentum, weight decay, Nesterov) and Adam, each one device launch per step.
+// SGD, Adam and AdamW, each one device launch per step (plus one reduction when clipping).
 #include "models/optimizer.h"
+
+#include <cmath>
 
 #include "core/error.h"
 
 namespace trident {
-namespace {
 
-class Sgd : public Optimizer {
- public:
-  explicit Sgd(const OptimizerConfig& c) {
-    hp_.lr = c.lr; hp_.momentum = c.momentum; hp_.weight_decay = c.weight_decay;
-    hp_.nesterov = c.nesterov;
+void validate(const OptimizerConfig& c) {
+  if (c.kind != "sgd" && c.kind != "adam" && c.kind != "adamw")
+    throw UsageError("unknown optimizer '" + c.kind + "' (use sgd, adam or adamw)");
+  if (!(c.lr > 0.0f) || !std::isfinite(c.lr))
+    throw UsageError("the learning rate must be positive and finite");
+  if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) throw UsageError("momentum must be in [0, 1)");
+  if (!(c.weight_decay >= 0.0f) || !std::isfinite(c.weight_decay))
+    throw UsageError("weight decay must be finite and >= 0");
+  if (c.nesterov && c.momentum == 0.0f)
+    throw UsageError("Nesterov momentum needs a momentum > 0");
+  if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f) || !(c.beta2 >= 0.0f && c.beta2 < 1.0f))
+    throw UsageError("Adam's betas must be in [0, 1)");
+  if (!(c.eps > 0.0f) || !std::isfinite(c.eps)) throw UsageError("Adam's eps must be positive");
+  if (!(c.clip_grad_norm >= 0.0f) || !std::isfinite(c.clip_grad_norm))
+    throw UsageError("the gradient clipping norm must be finite and >= 0");
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config) : config_(config) { validate(config_); }
+
+void Optimizer::attach(Network& network) {
+  network_ = &network;
+  Device& d = network.device();
+  const int64_t n = network.parameter_count();
+  state0_ = Tensor::zeros(d, {n});
+  state1_ = config_.kind == "sgd" ? Tensor() : Tensor::zeros(d, {n});
+  if (config_.clip_grad_norm > 0.0f) {
+    control_.grad_sumsq = Tensor::zeros(d, {1});
+    control_.max_norm = config_.clip_grad_norm;
   }
-  std::string name() const override { return "sgd"; }
-  void attach(Network& network) override {
-    network_ = &network;
-    momentum_ = Tensor::zeros(network.device(), {network.parameter_count()});
-  }
-  void step(const StepContext& ctx, float grad_scale) override {
-    SgdParams hp = hp_;
+}
+
+void Optimizer::set_schedule(const std::vector<float>& table) {
+  if (!network_) throw Error("Optimizer::set_schedule before attach");
+  control_.schedule =
+      table.empty() ? Tensor()
+                    : Tensor::from_host(network_->device(), {int64_t(table.size() / 2), 2}, table);
+}
+
+void Optimizer::step(const StepContext& ctx, float grad_scale) {
+  if (!network_) throw Error("Optimizer::step before attach");
+  Device& d = *ctx.device;
+  const Tensor& params = network_->parameters();
+  const Tensor& grads = network_->gradients();
+  if (control_.grad_sumsq.defined())  // the global norm, before the update reads it
+    d.channel_sums(grads, grads, control_.grad_sumsq, 1, 1, grads.numel(), 0.0f);
+  if (config_.kind == "sgd") {
+    SgdParams hp;
+    hp.lr = config_.lr;
+    hp.momentum = config_.momentum;
+    hp.weight_decay = config_.weight_decay;
+    hp.nesterov = config_.nesterov;
     hp.grad_scale = grad_scale;
-    ctx.device->sgd_update(network_->parameters(), network_->gradients(), momentum_, hp, {},
-                           ctx.step_state);
-  }
-  std::vector<std::pair<std::string, Tensor>> state() const override {
-    return {{"momentum_buffer", momentum_}};
-  }
-  float learning_rate() const override { return hp_.lr; }
-
- private:
-  SgdParams hp_;
-  Network* network_ = nullptr;
-  Tensor momentum_;
-};
-
-class Adam : public Optimizer {
- public:
-  explicit Adam(const OptimizerConfig& c) {
-    hp_.lr = c.lr; hp_.beta1 = c.beta1; hp_.beta2 = c.beta2; hp_.eps = c.eps;
-    hp_.weight_decay = c.weight_decay;
-  }
-  std::string name() const override { return "adam"; }
-  void attach(Network& network) override {
-    network_ = &network;
-    m_ = Tensor::zeros(network.device(), {network.parameter_count()});
-    v_ = Tensor::zeros(network.device(), {network.parameter_count()});
-  }
-  void step(const StepContext& ctx, float grad_scale) override {
-    AdamParams hp = hp_;
+    d.sgd_update(params, grads, state0_, hp, control_, ctx.step_state);
+  } else {
+    AdamParams hp;
+    hp.lr = config_.lr;
+    hp.beta1 = config_.beta1;
+    hp.beta2 = config_.beta2;
+    hp.eps = config_.eps;
+    hp.weight_decay = config_.weight_decay;
+    hp.decoupled_weight_decay = config_.kind == "adamw";
     hp.grad_scale = grad_scale;
-    ctx.device->adam_update(network_->parameters(), network_->gradients(), m_, v_, hp, {},
-                            ctx.step_state);
+    d.adam_update(params, grads, state0_, state1_, hp, control_, ctx.step_state);
   }
-  std::vector<std::pair<std::string, Tensor>> state() const override {
-    return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
-  }
-  float learning_rate() const override { return hp_.lr; }
+  d.advance_step(ctx.step_state);
+}
 
- private:
-  AdamParams hp_;
-  Network* network_ = nullptr;
-  Tensor m_, v_;
-};
-
-}  // namespace
-
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config) {
-  if (!(config.lr > 0.0f)) throw UsageError("learning rate must be positive");
-  if (config.momentum < 0.0f || config.momentum >= 1.0f)
-    throw UsageError("momentum must be in [0, 1)");
-  if (config.weight_decay < 0.0f) throw UsageError("weight decay must be >= 0");
-  if (config.kind == "sgd") return std::make_unique<Sgd>(config);
-  if (config.kind == "adam") return std::make_unique<Adam>(config);
-  throw UsageError("unknown optimizer '" + config.kind + "' (use sgd or adam)");
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  if (config_.kind == "sgd") return {{"momentum_buffer", state0_}};
+  return {{"exp_avg", state0_}, {"exp_avg_sq", state1_}};
 }
 
 }  // namespace trident

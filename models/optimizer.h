@@ -1,4 +1,7 @@
-// Optimizers: one fused device launch over the network's whole flat parameter buffer per step.
+// Optimizers: one fused device launch over the network's whole flat parameter buffer per step
+// (SGD with momentum / Nesterov, Adam, AdamW), with the learning-rate schedule and gradient
+// clipping read on the device. step() also advances the step counters, so that no caller can
+// forget it (Adam's t, dropout masks and schedules all read them).
 #pragma once
 #include <memory>
 #include <string>
@@ -6,31 +9,43 @@
 #include <vector>
 
 #include "models/network.h"
+#include "models/schedule.h"
 
 namespace trident {
 
-class Optimizer {
- public:
-  virtual ~Optimizer() = default;
-  virtual std::string name() const = 0;
-  // Allocates the state buffers (zeroed) for this network's flat parameter buffer.
-  virtual void attach(Network& network) = 0;
-  // params -= update(grads * grad_scale); step_state[1] is the number of steps done before.
-  virtual void step(const StepContext& ctx, float grad_scale = 1.0f) = 0;
-  // The state tensors, named for checkpoints ("momentum_buffer", "exp_avg", "exp_avg_sq").
-  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
-  virtual float learning_rate() const = 0;
-};
-
 struct OptimizerConfig {
-  std::string kind = "sgd";      // "sgd" or "adam"
+  std::string kind = "sgd";      // "sgd", "adam" or "adamw"
   float lr = 0.01f;
   float momentum = 0.5f;         // SGD only
-  float weight_decay = 0.0f;
+  float weight_decay = 0.0f;     // SGD and Adam: L2 added to the gradient; AdamW: decoupled
   bool nesterov = false;         // SGD only
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // Adam only
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // Adam / AdamW
+  float clip_grad_norm = 0.0f;   // > 0: scale gradients to at most this global L2 norm
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
+// UsageError naming the setting for an unknown kind or a value out of range (NaN included).
+void validate(const OptimizerConfig& config);
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerConfig& config);
+  const std::string& name() const { return config_.kind; }
+  const OptimizerConfig& config() const { return config_; }
+  // Allocates the state buffers (zeroed) for this built network's parameters.
+  void attach(Network& network);
+  // Uploads a schedule table (models/schedule.h; empty: the constant lr) to the device.
+  void set_schedule(const std::vector<float>& table);
+  // params -= update(gradients * grad_scale), clipped and scheduled; then step_state advances.
+  // Allocates nothing (capturable).
+  void step(const StepContext& ctx, float grad_scale = 1.0f);
+  // The state tensors, named as PyTorch's optimizer state ("momentum_buffer", "exp_avg", ...).
+  std::vector<std::pair<std::string, Tensor>> state() const;
+
+ private:
+  OptimizerConfig config_;
+  Network* network_ = nullptr;
+  Tensor state0_, state1_;  // momentum (SGD) or exp_avg, exp_avg_sq (Adam)
+  UpdateControl control_;
+};
 
 }  // namespace trident

@@ -2,7 +2,8 @@
 #include "models/progress.h"
 
 #include <cstdio>
-#include <sstream>
+
+#include "core/json.h"
 
 namespace trident {
 
@@ -36,13 +37,18 @@ void ProgressPrinter::finish_epoch(int64_t epoch, int64_t epochs, const EpochSta
 
 std::string epoch_json(const EpochStats& s, const EvalStats& e, const std::string& device,
                        const std::string& model) {
-  std::ostringstream out;
-  out.precision(6);
-  out << "{\"epoch\": " << s.epoch << ", \"model\": \"" << model << "\", \"train_loss\": "
-      << s.train_loss << ", \"test_loss\": " << e.loss << ", \"test_accuracy\": " << e.accuracy
-      << ", \"samples_per_s\": " << s.samples_per_s << ", \"seconds\": " << s.seconds
-      << ", \"steps\": " << s.steps << ", \"device\": \"" << device << "\"}";
-  return out.str();
+  // Through the one JSON writer: a NaN or infinite loss is written as null, never as "nan".
+  return json::ObjectWriter()
+      .integer("epoch", s.epoch)
+      .string("model", model)
+      .number("train_loss", s.train_loss)
+      .number("test_loss", e.loss)
+      .number("test_accuracy", e.accuracy)
+      .number("samples_per_s", s.samples_per_s)
+      .number("seconds", s.seconds)
+      .integer("steps", s.steps)
+      .string("device", device)
+      .str();
 }
 
 }  // namespace trident

@@ -1,18 +1,29 @@
-// Trainer::Replica: what one device holds of a training run (private to models/trainer*.cpp).
+// What one device holds of a training run, and the data set as it lives on one memory space
+// (private to models/trainer*.cpp and models/checkpoint.cpp).
 #pragma once
 #include "models/trainer.h"
 
 namespace trident {
 
+// The data set on one memory space (a GPU, or the host for every CPU device): samples in their
+// stored dtype (uint8 images stay one byte a pixel), labels, and the normalisation arrays.
+struct Trainer::ResidentData {
+  const void* memory_space = nullptr;
+  Tensor train_samples, train_labels, test_samples, test_labels;  // samples [N, C, H, W]
+  Tensor mean, inv_std;     // f32 [C]
+  Tensor test_order;        // i32 [test count]: 0, 1, 2, ... (evaluation gathers in order)
+  float scale = 1.0f;       // 1/255 for byte images
+};
+
 struct Trainer::Replica {
   Device* device = nullptr;
   size_t rank = 0;
-  Network net{""};
-  std::unique_ptr<Loss> loss;
+  Network net;
   std::unique_ptr<Optimizer> optimizer;
-  Tensor train_images, train_labels, test_images, test_labels;  // resident data set
+  std::shared_ptr<ResidentData> data;
   Tensor index_table;   // int32 [steps * batch]: this epoch's sample order for this replica
-  Tensor step_state;    // kStepStateBytes: [position in epoch, global step]
+  Tensor step_state;    // i32 [2]: [position in epoch, global step]
+  Tensor eval_state;    // i32 [2] = {0, 0}: evaluation batches gather from a table view
   Tensor loss_sum;      // running sum of batch losses this epoch
   Tensor labels;        // int32 [batch]
   std::unique_ptr<CapturedWork> captured;

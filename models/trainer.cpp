@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "models/replica.h"
-#include "models/seed_models.h"
 
 namespace trident {
 
@@ -36,11 +35,47 @@ std::vector<int32_t> epoch_permutation(int64_t count, uint64_t seed, int64_t epo
   return order;
 }
 
+// The Philox stream of the augmentation draws (apart from dropout's layer streams and
+// initialisation's 0x80000000 + p).
+constexpr uint32_t kAugmentStream = 0x40000000u;
+
+// A sample shape as the [C, H, W] that gather_samples reads: [H, W] -> [1, H, W], [D] -> [1, 1, D].
+Shape image_shape(const Shape& sample) {
+  if (sample.size() == 3) return sample;
+  if (sample.size() == 2) return {1, sample[0], sample[1]};
+  if (sample.size() == 1) return {1, 1, sample[0]};
+  throw ShapeError("samples of shape " + shape_string(sample) +
+                   " are not supported: use [C, H, W], [H, W] or [features]");
+}
+
+Shape with_batch(int64_t batch, const Shape& sample) {
+  Shape s{batch};
+  s.insert(s.end(), sample.begin(), sample.end());
+  return s;
+}
+
+// One split's samples on the device, in their stored dtype.
+Tensor upload_samples(Device& d, const Dataset& split) {
+  const Shape shape = with_batch(split.size(), image_shape(split.sample_shape()));
+  Tensor t = Tensor::empty(d, shape, split.dtype());
+  t.copy_from_host(split.data(), t.bytes());
+  return t;
+}
+
 }  // namespace
 
-Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const MnistSplits& data)
+Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const DatasetSplits& data,
+                 TrainOptions options)
     : options_(std::move(options)) {
   if (devices.empty()) throw UsageError("no devices to train on");
+  if (!model) throw UsageError("no model: pass a function that builds the Network");
+  validate(options_.optimizer);
+  validate(options_.schedule);
+  if (options_.epochs < 1) throw UsageError("epochs must be at least 1");
+  if (!(options_.label_smoothing >= 0.0f && options_.label_smoothing < 1.0f))
+    throw UsageError("label smoothing must be in [0, 1)");
+  if (options_.augment.crop_padding < 0) throw UsageError("the crop padding must be >= 0");
+  if (options_.eval_batch < 1) throw UsageError("the evaluation batch must be at least 1");
   if (options_.process_count < 1 || options_.process_rank < 0 ||
       options_.process_rank >= options_.process_count)
     throw UsageError("process " + std::to_string(options_.process_rank) + " of " +
@@ -48,41 +83,97 @@ Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const Mnist
   const int64_t n = static_cast<int64_t>(devices.size()) * options_.process_count;
   replica_count_ = n;
   if (options_.batch <= 0 || options_.batch % n != 0)
-    throw UsageError("batch " + std::to_string(options_.batch) + " must be a positive multiple of the " +
-                     std::to_string(n) + " devices");
+    throw UsageError("batch " + std::to_string(options_.batch) +
+                     " must be a positive multiple of the " + std::to_string(n) + " devices");
   per_replica_batch_ = options_.batch / n;
-  train_count_ = data.train.count;
-  test_count_ = data.test.count;
+  const Dataset& train = data.train;
+  const Dataset& test = data.test;
+  train_count_ = train.size();
+  test_count_ = test.size();
+  data_source_ = test.source();
   if (train_count_ < options_.batch)
-    throw UsageError("the training set has " + std::to_string(train_count_) +
-                     " samples, fewer than one batch of " + std::to_string(options_.batch));
-  const Shape sample = model_sample_shape(options_.model);
-  const int64_t pixels = shape_numel(sample);
-  if (data.train.height * data.train.width != pixels)
-    throw ShapeError("model '" + options_.model + "' expects " + shape_string(sample) +
-                     " images, the data set has " + std::to_string(data.train.height) + "x" +
-                     std::to_string(data.train.width));
+    throw UsageError("the training set (" + train.source() + ") has " +
+                     std::to_string(train_count_) + " samples, fewer than one batch of " +
+                     std::to_string(options_.batch));
+  if (test.sample_shape() != train.sample_shape())
+    throw ShapeError("the test samples (" + test.source() + ") have shape " +
+                     shape_string(test.sample_shape()) + ", the training samples (" +
+                     train.source() + ") " + shape_string(train.sample_shape()));
+  const Shape sample = train.sample_shape();
+  const Shape image = image_shape(sample);
+  if (options_.augment.enabled() && sample.size() != 3 && sample.size() != 2)
+    throw UsageError("augmentation (crop, flip) needs image samples, not " +
+                     shape_string(sample));
+  const int64_t channels = image[0];
+  const Normalization& norm = train.normalization();
+  for (const std::vector<float>* v : {&norm.mean, &norm.std})
+    if (!v->empty() && v->size() != 1 && int64_t(v->size()) != channels)
+      throw UsageError("the normalisation has " + std::to_string(v->size()) +
+                       " values for samples of " + std::to_string(channels) + " channels");
+  std::vector<float> mean(size_t(channels), 0.0f), inv_std(size_t(channels), 1.0f);
+  for (int64_t c = 0; c < channels; ++c) {
+    if (!norm.mean.empty()) mean[size_t(c)] = norm.mean[norm.mean.size() == 1 ? 0 : size_t(c)];
+    if (!norm.std.empty())
+      inv_std[size_t(c)] = 1.0f / norm.std[norm.std.size() == 1 ? 0 : size_t(c)];
+  }
+
   const int64_t steps = train_count_ / options_.batch;
   for (size_t rank = 0; rank < devices.size(); ++rank) {
-    auto r = std::make_unique<Replica>();
     Device& d = *devices[rank];
+    // One copy of the data set per memory space (the CPU devices share the host's).
+    std::shared_ptr<ResidentData> resident;
+    for (auto& existing : data_)
+      if (existing->memory_space == d.memory_space()) resident = existing;
+    if (!resident) {
+      resident = std::make_shared<ResidentData>();
+      resident->memory_space = d.memory_space();
+      resident->train_samples = upload_samples(d, train);
+      resident->train_labels = Tensor::from_host(d, {train_count_}, train.labels());
+      resident->test_samples = upload_samples(d, test);
+      resident->test_labels = Tensor::from_host(d, {test_count_}, test.labels());
+      resident->mean = Tensor::from_host(d, {channels}, mean);
+      resident->inv_std = Tensor::from_host(d, {channels}, inv_std);
+      std::vector<int32_t> order(static_cast<size_t>(test_count_));
+      for (int64_t i = 0; i < test_count_; ++i) order[size_t(i)] = int32_t(i);
+      resident->test_order = Tensor::from_host(d, {std::max<int64_t>(test_count_, 1)},
+                                               test_count_ ? order : std::vector<int32_t>{0});
+      resident->scale = norm.divide_by_255 ? 1.0f / 255.0f : 1.0f;
+      data_.push_back(resident);
+    }
+    auto r = std::make_unique<Replica>();
     r->device = &d;
     r->rank = static_cast<size_t>(options_.process_rank) * devices.size() + rank;
-    r->net = make_model(options_.model);
+    r->net = model();
     r->net.build(d, sample, options_.seed);  // the same seed: every replica starts identical
-    r->loss = make_loss("nll");
-    r->optimizer = make_optimizer(options_.optimizer);
+    if (rank == 0) model_name_ = r->net.model_name();
+    r->optimizer = std::make_unique<Optimizer>(options_.optimizer);
     r->optimizer->attach(r->net);
-    r->train_images = Tensor::from_host(d, {train_count_, pixels}, data.train.images);
-    r->train_labels = Tensor::from_host(d, {train_count_}, data.train.labels);
-    r->test_images = Tensor::from_host(d, {test_count_, pixels}, data.test.images);
-    r->test_labels = Tensor::from_host(d, {test_count_}, data.test.labels);
+    r->data = resident;
     r->index_table = Tensor::empty(d, {steps * per_replica_batch_}, DType::i32);
-    r->step_state = Tensor::zeros(d, {2}, DType::i32);
+    r->step_state = Tensor::zeros(d, {kStepStateCount}, DType::i32);
+    r->eval_state = Tensor::zeros(d, {kStepStateCount}, DType::i32);
     r->loss_sum = Tensor::zeros(d, {1});
     r->labels = Tensor::empty(d, {per_replica_batch_}, DType::i32);
     replicas_.push_back(std::move(r));
   }
+  Network& first = replicas_.front()->net;
+  const std::string loss = options_.loss == "auto"
+                               ? (first.ends_with_log_softmax() ? "nll" : "cross_entropy")
+                               : options_.loss;
+  loss_.kind = parse_loss(loss);
+  loss_.label_smoothing = options_.label_smoothing;
+  if (first.output_sample_shape().size() != 1)
+    throw ShapeError("model '" + model_name_ + "' gives outputs of shape " +
+                     shape_string(first.output_sample_shape()) +
+                     " per sample; a classifier's output is [classes] (add a Flatten and a Linear)");
+  const int64_t classes = first.output_sample_shape()[0];
+  if (std::max(train.classes(), test.classes()) > classes)
+    throw ShapeError("model '" + model_name_ + "' has " + std::to_string(classes) +
+                     " outputs, the data set (" + train.source() + ") has " +
+                     std::to_string(std::max(train.classes(), test.classes())) + " classes");
+  if (loss_.kind == LossKind::nll && !first.ends_with_log_softmax())
+    throw UsageError("the nll loss needs a model ending in LogSoftmax; use cross_entropy");
+  upload_schedule();
   collective_ = options_.collective ? options_.collective(devices) : make_collective(devices);
   overlap_ = options_.overlap && env_flag("TRIDENT_OVERLAP", true) && collective_->overlaps() &&
              n > 1 && options_.average_every <= 0;
@@ -91,7 +182,20 @@ Trainer::Trainer(std::vector<Device*> devices, TrainOptions options, const Mnist
                       : env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
 }
 
-Trainer::~Trainer() = default;
+// Captured work first (a graph may hold the communicator), then the devices' queues, then the
+// collective.
+Trainer::~Trainer() {
+  for (auto& r : replicas_) r->captured.reset();
+  for (auto& r : replicas_) {
+    try {
+      r->device->synchronize();
+    } catch (...) {  // a failed run's error was reported already; tear down anyway
+    }
+  }
+  collective_.reset();
+}
+
+int64_t Trainer::steps_per_epoch() const { return train_count_ / options_.batch; }
 
 Network& Trainer::network() { return replicas_.front()->net; }
 
@@ -99,6 +203,15 @@ std::string Trainer::device_names() const {
   std::string names;
   for (const auto& r : replicas_) names += (names.empty() ? "" : ",") + r->device->info().id();
   return names;
+}
+
+void Trainer::upload_schedule() {
+  const double momentum =
+      options_.optimizer.kind == "sgd" ? options_.optimizer.momentum : options_.optimizer.beta1;
+  const std::vector<float> table =
+      schedule_table(options_.schedule, options_.optimizer.lr, momentum,
+                     options_.epochs * steps_per_epoch(), steps_per_epoch());
+  for (auto& r : replicas_) r->optimizer->set_schedule(table);
 }
 
 void Trainer::run_on_replicas(const std::function<void(Replica&)>& work) {
@@ -120,7 +233,7 @@ void Trainer::run_on_replicas(const std::function<void(Replica&)>& work) {
 }
 
 void Trainer::upload_epoch_tables(int64_t epoch) {
-  const int64_t steps = train_count_ / options_.batch;
+  const int64_t steps = steps_per_epoch();
   const std::vector<int32_t> order = epoch_permutation(train_count_, options_.seed, epoch);
   for (auto& r : replicas_) {
     // Replica r takes samples [r*b, (r+1)*b) of every global batch.
@@ -137,25 +250,36 @@ void Trainer::upload_epoch_tables(int64_t epoch) {
   }
 }
 
-StepContext Trainer::train_context(const Replica& r) const {
-  return r.context(true, static_cast<int64_t>(r.rank) * per_replica_batch_, options_.seed);
-}
-
 // Gather the batch, forward, loss and its gradient: everything before the network's backward.
 void Trainer::forward_replica(Replica& r) {
-  const StepContext ctx = train_context(r);
+  const int64_t sample_offset = static_cast<int64_t>(r.rank) * per_replica_batch_;
+  const StepContext ctx = r.context(true, sample_offset, options_.seed);
   const Tensor& input = r.net.input_buffer(per_replica_batch_);
-  r.device->gather_rows(r.train_images, r.index_table, r.step_state,
-                        input.reshape({per_replica_batch_, r.train_images.dim(1)}));
-  r.device->gather_rows(r.train_labels, r.index_table, r.step_state, r.labels);
-  // Training fuses the NLL loss (r.loss, which evaluation uses) into the head when it can.
-  r.net.forward_nll(ctx, input, r.labels, r.loss_sum, true);
+  SampleTransform t;
+  t.scale = r.data->scale;
+  t.mean = r.data->mean;
+  t.inv_std = r.data->inv_std;
+  t.crop_padding = options_.augment.crop_padding;
+  t.horizontal_flip = options_.augment.horizontal_flip;
+  t.seed = options_.seed;
+  t.stream = kAugmentStream;
+  t.sample_offset = sample_offset;
+  const Shape image = Shape(r.data->train_samples.shape().begin() + 1,
+                            r.data->train_samples.shape().end());
+  r.device->gather_samples(r.data->train_samples, r.index_table, r.step_state, t,
+                           input.reshape(with_batch(per_replica_batch_, image)));
+  r.device->gather_rows(r.data->train_labels, r.index_table, r.step_state, r.labels);
+  r.net.forward_loss(ctx, input, r.labels, loss_, r.loss_sum, true);
 }
 
 // Everything before the gradients are combined.
 void Trainer::step_replica(Replica& r) {
   forward_replica(r);
-  r.net.backward(train_context(r));
+  r.net.backward(r.context(true, static_cast<int64_t>(r.rank) * per_replica_batch_, options_.seed));
+}
+
+void Trainer::update_replica(Replica& r, float grad_scale) {
+  r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
 }
 
 // Backward through every replica's network layer by layer from the top (one host thread queues
@@ -166,7 +290,9 @@ void Trainer::step_replica(Replica& r) {
 void Trainer::backward_in_buckets() {
   const Network& first = replicas_[0]->net;
   std::vector<StepContext> contexts;
-  for (auto& r : replicas_) contexts.push_back(train_context(*r));
+  for (auto& r : replicas_)
+    contexts.push_back(
+        r->context(true, static_cast<int64_t>(r->rank) * per_replica_batch_, options_.seed));
   int64_t unsummed_end = first.parameter_count();  // gradients at and past it are started
   std::vector<DeviceMemory> bucket(replicas_.size());
   for (size_t i = first.layer_count(); i-- > 0;) {
@@ -203,76 +329,75 @@ void Trainer::average_replicas() {
     average([k](Replica& r) { return r.optimizer->state()[k].second; });
 }
 
-EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_progress,
-                                double interval) {
-  const int64_t epoch = epochs_done_ + 1;
-  const int64_t steps = train_count_ / options_.batch;
+void Trainer::run_step(int64_t step_in_epoch) {
   const size_t n = replicas_.size();
   const bool all_reduce = options_.average_every <= 0;
   const float grad_scale = all_reduce ? 1.0f / static_cast<float>(replica_count_) : 1.0f;
+  const bool bucketed = all_reduce && overlap_;
   // One local replica records its whole step, the all-reduce included when there are other
   // processes and their collective can be captured (NCCL), bucketed sums too: their streams
   // fork from and join the recorded stream. Several local replicas driven from one thread run
   // their bucketed steps eagerly (each device's graph would hold one side of a cross-device
   // NCCL group; not attempted).
-  const bool bucketed = all_reduce && overlap_;
   const bool whole_step_local =
       n == 1 && (replica_count_ == 1 || (all_reduce && collective_->capturable()));
+  if (whole_step_local) {
+    Replica& r = *replicas_[0];
+    auto whole_step = [&] {
+      if (bucketed) {
+        forward_replica(r);
+        backward_in_buckets();
+      } else {
+        step_replica(r);
+        if (replica_count_ > 1)
+          collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
+      }
+      update_replica(r, grad_scale);
+    };
+    // The first step runs eagerly (it allocates every buffer); the second is captured once.
+    if (r.captured) {
+      r.captured->replay();
+    } else if (options_.capture && !r.capture_tried && step_in_epoch > 0) {
+      r.capture_tried = true;
+      r.captured = r.device->capture(whole_step);
+      if (r.captured) r.captured->replay(); else whole_step();
+    } else {
+      whole_step();
+    }
+  } else if (bucketed) {  // one thread queues every device's step
+    for (auto& r : replicas_) forward_replica(*r);
+    backward_in_buckets();
+    for (auto& r : replicas_) update_replica(*r, grad_scale);
+  } else {
+    run_on_replicas([&](Replica& r) { step_replica(r); });
+    if (all_reduce) {
+      std::vector<DeviceMemory> grads;
+      for (auto& r : replicas_) grads.push_back(r->net.gradients().memory());
+      collective_->all_reduce_sum(grads, replicas_[0]->net.parameter_count());
+    }
+    run_on_replicas([&](Replica& r) { update_replica(r, grad_scale); });
+    if (!all_reduce && (global_step_ + 1) % options_.average_every == 0) average_replicas();
+  }
+}
+
+EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_progress,
+                                double interval) {
+  const int64_t epoch = epochs_done_ + 1;
+  const int64_t steps = steps_per_epoch();
+  const size_t n = replicas_.size();
+  const bool all_reduce = options_.average_every <= 0;
   upload_epoch_tables(epoch);
   for (auto& r : replicas_) r->device->synchronize();
   const double start = now_seconds();
   double last_report = start;
   for (int64_t s = 0; s < steps; ++s) {
-    if (whole_step_local) {
-      Replica& r = *replicas_[0];
-      auto whole_step = [&] {
-        if (bucketed) {
-          forward_replica(r);
-          backward_in_buckets();
-        } else {
-          step_replica(r);
-          if (replica_count_ > 1)
-            collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
-        }
-        r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
-        r.device->advance_step(r.step_state);
-      };
-      // The first step runs eagerly (it allocates every buffer); the second is captured once.
-      if (r.captured) {
-        r.captured->replay();
-      } else if (options_.capture && !r.capture_tried && s > 0) {
-        r.capture_tried = true;
-        r.captured = r.device->capture(whole_step);
-        if (r.captured) r.captured->replay(); else whole_step();
-      } else {
-        whole_step();
-      }
-    } else if (bucketed) {  // one thread queues every device's step
-      for (auto& r : replicas_) forward_replica(*r);
-      backward_in_buckets();
-      for (auto& r : replicas_) {
-        r->optimizer->step(r->context(true, 0, options_.seed), grad_scale);
-        r->device->advance_step(r->step_state);
-      }
-    } else {
-      run_on_replicas([&](Replica& r) { step_replica(r); });
-      if (all_reduce) {
-        std::vector<DeviceMemory> grads;
-        for (auto& r : replicas_) grads.push_back(r->net.gradients().memory());
-        collective_->all_reduce_sum(grads, replicas_[0]->net.parameter_count());
-      }
-      run_on_replicas([&](Replica& r) {
-        r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
-        r.device->advance_step(r.step_state);
-      });
-      if (!all_reduce && (global_step_ + 1) % options_.average_every == 0) average_replicas();
-    }
+    run_step(s);
     ++global_step_;
     const double t = now_seconds();
     if (on_progress && t - last_report >= interval) {
       last_report = t;
       float loss_sum = 0.0f;
-      replicas_[0]->device->copy_to_host(&loss_sum, replicas_[0]->loss_sum.memory(), sizeof(float));
+      replicas_[0]->loss_sum.to_host(&loss_sum, sizeof(float));
       on_progress({s + 1, steps, loss_sum / static_cast<double>(s + 1), t - start});
     }
   }
@@ -283,15 +408,16 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
     for (auto& r : replicas_) sums.push_back(r->loss_sum.memory());
     collective_->all_reduce_sum(sums, 1);
     float total = 0.0f;
-    replicas_[0]->device->copy_to_host(&total, replicas_[0]->loss_sum.memory(), sizeof(float));
+    replicas_[0]->loss_sum.to_host(&total, sizeof(float));
     loss_sum = total / static_cast<double>(replica_count_);
   } else {
     for (auto& r : replicas_) {
       float replica_sum = 0.0f;
-      r->device->copy_to_host(&replica_sum, r->loss_sum.memory(), sizeof(float));
+      r->loss_sum.to_host(&replica_sum, sizeof(float));
       loss_sum += replica_sum / static_cast<double>(n);
     }
   }
+  for (auto& r : replicas_) r->net.set_batches_tracked(global_step_);
   EpochStats stats;
   stats.epoch = epoch;
   stats.steps = steps;
@@ -309,24 +435,31 @@ EvalStats Trainer::evaluate() {
   Tensor correct = Tensor::zeros(d, {1});
   Tensor loss_sum = Tensor::zeros(d, {1});
   Tensor batch_loss = Tensor::zeros(d, {1});
-  const int64_t pixels = r.test_images.dim(1);
-  const Shape sample = r.net.sample_shape();
+  const ResidentData& data = *r.data;
+  const Shape image(data.test_samples.shape().begin() + 1, data.test_samples.shape().end());
+  SampleTransform t;  // normalisation only: no augmentation at evaluation
+  t.scale = data.scale;
+  t.mean = data.mean;
+  t.inv_std = data.inv_std;
+  StepContext ctx = r.context(false, 0, options_.seed);
+  ctx.step_state = r.eval_state;
   for (int64_t begin = 0; begin < test_count_; begin += options_.eval_batch) {
     const int64_t rows = std::min(options_.eval_batch, test_count_ - begin);
-    Shape shape{rows};
-    shape.insert(shape.end(), sample.begin(), sample.end());
-    const Tensor input = r.test_images.view(begin * pixels, shape);
-    const Tensor labels = r.test_labels.view(begin, {rows});
-    const StepContext ctx = r.context(false, 0, options_.seed);
+    const Tensor& input = r.net.input_buffer(rows);
+    d.gather_samples(data.test_samples, data.test_order.view(begin, {rows}), r.eval_state, t,
+                     input.reshape(with_batch(rows, image)));
+    const Tensor labels = data.test_labels.view(begin, {rows});
     const Tensor& out = r.net.forward(ctx, input);
-    r.loss->forward(ctx, out, labels, batch_loss, false);
+    r.net.evaluate_loss(ctx, out, labels, loss_, batch_loss, false);
     d.axpby(batch_loss, loss_sum, static_cast<float>(rows), 1.0f);
     d.count_correct(out, labels, correct);
   }
   EvalStats stats;
   stats.samples = test_count_;
-  stats.loss = loss_sum.to_host()[0] / static_cast<double>(test_count_);
-  stats.accuracy = correct.to_host()[0] / static_cast<double>(test_count_);
+  if (test_count_ > 0) {
+    stats.loss = loss_sum.to_host()[0] / static_cast<double>(test_count_);
+    stats.accuracy = correct.to_host()[0] / static_cast<double>(test_count_);
+  }
   return stats;
 }
 

@@ -1,6 +1,13 @@
-// Trainer: the data set resident on each device, the epoch loop, evaluation, checkpoints, and
-// data parallelism (one replica per device; gradients summed across replicas before the update,
-// or weights averaged every K steps).
+// Trainer: trains any Network on any Dataset with the same machinery for every model: the data
+// set resident on each device (one copy per memory space), the step as one captured graph
+// where the device can, data parallelism over several devices (gradient all-reduce, or weights
+// averaged every K steps), schedules, progress, evaluation and checkpoints.
+//
+//   DatasetSplits data = load_dataset("/usr/share/datasets/fashion-mnist");
+//   TrainOptions options;
+//   options.optimizer.kind = "adamw";
+//   Trainer trainer(DeviceRegistry::global().selected_devices(), my_model, data, options);
+//   for (int e = 0; e < 5; ++e) { trainer.train_epoch(); trainer.evaluate(); }
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,18 +16,32 @@
 #include <vector>
 
 #include "core/collective.h"
-#include "core/idx.h"
-#include "models/loss.h"
+#include "core/dataset.h"
 #include "models/network.h"
 #include "models/optimizer.h"
+#include "models/schedule.h"
 
 namespace trident {
 
+// On-device augmentation of training samples (images C x H x W): a random crop of the sample
+// zero-padded by crop_padding on each side, and a random left-right flip, drawn with Philox so
+// that runs are reproducible and the same on every backend.
+struct AugmentConfig {
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;
+  bool enabled() const { return crop_padding > 0 || horizontal_flip; }
+};
+
 struct TrainOptions {
-  std::string model = "cnn";
   int64_t batch = 200;            // global batch, split evenly across the devices
+  int64_t epochs = 1;             // the run's length: a schedule spans epochs * steps per epoch
   OptimizerConfig optimizer;      // defaults: SGD, lr 0.01, momentum 0.5 (the notebook's)
-  uint64_t seed = 1;
+  ScheduleConfig schedule;        // default: constant learning rate
+  std::string loss = "auto";      // auto (nll after a LogSoftmax, else cross_entropy),
+                                  // cross_entropy, nll or mse
+  float label_smoothing = 0.0f;
+  AugmentConfig augment;
+  uint64_t seed = 1;              // initial weights, shuffling, dropout, augmentation
   bool capture = true;            // replay the step as a captured graph where the device can
   int64_t average_every = 0;      // 0: gradient all-reduce every step; K > 0: average weights every K steps
   int64_t eval_batch = 1000;
@@ -57,41 +78,63 @@ struct Progress {
   double loss = 0.0, seconds = 0.0;
 };
 
+// A fresh, unbuilt network: called once per device (every replica gets its own).
+using ModelFactory = std::function<Network()>;
+
 class Trainer {
  public:
-  Trainer(std::vector<Device*> devices, TrainOptions options, const MnistSplits& data);
+  Trainer(std::vector<Device*> devices, ModelFactory model, const DatasetSplits& data,
+          TrainOptions options = {});
   ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Trains one epoch (the next one); `on_progress` is called at most every `interval` seconds.
   EpochStats train_epoch(const std::function<void(const Progress&)>& on_progress = {},
                          double interval = 0.5);
+  // Loss and accuracy on the test split, in evaluation mode (dropout off, batch norm on its
+  // running statistics), on the first device.
   EvalStats evaluate();
 
   int64_t epochs_done() const { return epochs_done_; }
   int64_t global_step() const { return global_step_; }
+  int64_t steps_per_epoch() const;
+  // The first replica's network (the others are identical in their parameters; each keeps its
+  // own batch-norm statistics, as PyTorch's DDP does with broadcast_buffers=False).
   Network& network();
   const TrainOptions& options() const { return options_; }
+  LossSpec loss() const { return loss_; }
   std::string device_names() const;  // "cuda:0,cuda:1"
   std::string collective_name() const { return collective_->name(); }
   // True when the gradient sum overlaps backward (bucketed); see TrainOptions::overlap.
   bool overlaps_backward() const { return overlap_; }
 
-  // Checkpoint: weights by name, optimizer state, seed, step and epoch counters (safetensors).
+  // Training checkpoint (models/checkpoint.cpp): the weights and buffers under their
+  // state-dict names, the optimizer state under "optimizer.", the settings and counters as
+  // metadata; written atomically. load_checkpoint restores all of it; the model and optimizer
+  // must match.
   void save_checkpoint(const std::string& path) const;
-  // Restores weights, optimizer state and counters; the model and optimizer kind must match.
   void load_checkpoint(const std::string& path);
 
+  struct Replica;  // what one device holds (models/replica.h)
+  struct ResidentData;
+
  private:
-  struct Replica;
   void upload_epoch_tables(int64_t epoch);
-  StepContext train_context(const Replica& r) const;
+  void upload_schedule();
+  void run_step(int64_t step_in_epoch);
   void forward_replica(Replica& r);
   void step_replica(Replica& r);
+  void update_replica(Replica& r, float grad_scale);
   void backward_in_buckets();
   void run_on_replicas(const std::function<void(Replica&)>& work);
   void average_replicas();
 
   TrainOptions options_;
+  LossSpec loss_;
+  std::string model_name_;
+  std::string data_source_;  // for messages: where the test split came from
+  std::vector<std::shared_ptr<ResidentData>> data_;  // one per memory space
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Collective> collective_;
   int64_t per_replica_batch_ = 0;
@@ -102,7 +145,7 @@ class Trainer {
   int64_t epochs_done_ = 0, global_step_ = 0;
 };
 
-// Reads a checkpoint's metadata (model name, optimizer ...) without building anything.
+// Reads a checkpoint's metadata (the model name) without building anything.
 std::string checkpoint_model_name(const std::string& path);
 
 }  // namespace trident

@@ -24,7 +24,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::vector<UnaryOp> all_unary_ops() {
   return {
-#define TRIDENT_TEST_UNARY(name) UnaryOp::name,
+#define TRIDENT_TEST_UNARY(name, module) UnaryOp::name,
       TRIDENT_UNARY_OPS(TRIDENT_TEST_UNARY)
 #undef TRIDENT_TEST_UNARY
   };

@@ -1,6 +1,7 @@
-// End-to-end conformance: the seed MLP and CNN trained for K steps from the same initial weights
-// on the same batches give the same losses and weights on every device as on the CPU reference
-// device; and N replicas (data parallelism) give the model one device gives with the same batch.
+// End-to-end conformance: the seed MLP and CNN and the ResNet trained for K steps from the same
+// initial weights on the same batches give the same losses and weights on every device as on the
+// CPU reference device; and N replicas (data parallelism) give the model one device gives with
+// the same batch.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "core/registry.h"
 #include "models/trainer.h"
+#include "models/zoo.h"
 #include "tests/conformance.h"
 #include "tests/test_data.h"
 
@@ -25,9 +27,8 @@ struct RunResult {
 };
 
 RunResult train_steps(const std::vector<Device*>& devices, const std::string& model,
-                      TrainOptions o, int epochs, const MnistSplits& data) {
-  o.model = model;
-  Trainer t(devices, o, data);
+                      TrainOptions o, int epochs, const DatasetSplits& data) {
+  Trainer t(devices, find_model(model).factory(), data, o);
   RunResult r;
   for (int e = 0; e < epochs; ++e) r.losses.push_back(t.train_epoch().train_loss);
   r.weights = t.network().parameters().to_host();
@@ -53,7 +54,7 @@ double weight_bound(const Device& d) {
 }  // namespace
 
 TEST_CASE("conformance: K training steps agree with the CPU on every device", "[conformance][training]") {
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   Device& reference = DeviceRegistry::global().device("cpu:0");
   TrainOptions o;
   o.batch = 100;  // 8 steps per epoch, 2 epochs = 16 steps
@@ -73,6 +74,38 @@ TEST_CASE("conformance: K training steps agree with the CPU on every device", "[
   }
 }
 
+TEST_CASE("conformance: K ResNet training steps (batch norm, residual blocks, augmentation, "
+          "OneCycle, cross-entropy) agree with the CPU on every device",
+          "[conformance][training][resnet]") {
+  const DatasetSplits data = trident::testing::small_splits(80, 40);
+  Device& reference = DeviceRegistry::global().device("cpu:0");
+  TrainOptions o = [] {
+    const ModelRecipe& r = find_model("resnet");
+    TrainOptions t;
+    t.optimizer = r.optimizer;
+    t.schedule = r.schedule;
+    t.loss = r.loss;
+    return t;
+  }();
+  o.batch = 20;  // 4 steps per epoch, 2 epochs
+  o.epochs = 2;
+  o.augment.crop_padding = 2;
+  o.augment.horizontal_flip = true;
+  o.label_smoothing = 0.1f;
+  const RunResult ref = train_steps({&reference}, "resnet", o, 2, data);
+  for (Device* d : trident::testing::devices_under_test()) {
+    if (d == &reference) continue;
+    DYNAMIC_SECTION("resnet on " << d->info().id()) {
+      const RunResult got = train_steps({d}, "resnet", o, 2, data);
+      for (size_t e = 0; e < ref.losses.size(); ++e)
+        CHECK(got.losses[e] == Approx(ref.losses[e]).epsilon(2e-3));
+      const double err = relative_max_error(got.weights, ref.weights);
+      INFO("max weight difference relative to the largest weight: " << err);
+      CHECK(err < weight_bound(*d));
+    }
+  }
+}
+
 TEST_CASE("conformance: 2 replicas with all-reduce equal 1 device at the same global batch",
           "[conformance][data-parallel]") {
   setenv("TRIDENT_CPU_DEVICES", "2", 1);
@@ -81,7 +114,7 @@ TEST_CASE("conformance: 2 replicas with all-reduce equal 1 device at the same gl
   unsetenv("TRIDENT_CPU_DEVICES");
   REQUIRE(two.all_devices().size() == 2);
   std::vector<Device*> pair = two.all_devices();
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
       TrainOptions o;
@@ -104,7 +137,7 @@ TEST_CASE("conformance: model averaging every step with plain SGD equals gradien
   unsetenv("TRIDENT_CPU_DEVICES");
   std::vector<Device*> pair = two.all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   TrainOptions o;
   o.batch = 100;
   o.optimizer.momentum = 0.0f;

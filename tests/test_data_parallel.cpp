@@ -18,6 +18,7 @@
 #include "core/registry.h"
 #include "models/cli.h"
 #include "models/trainer.h"
+#include "models/zoo.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -31,9 +32,14 @@ namespace {
 // A registry of `count` CPU devices splitting the cores (its own, not the global one).
 std::unique_ptr<DeviceRegistry> cpu_registry(int count) {
   setenv("TRIDENT_CPU_DEVICES", std::to_string(count).c_str(), 1);
+  // Each CPU device needs a thread of its own: more devices than cores must say so.
+  const bool oversubscribe = !std::getenv("TRIDENT_NUM_THREADS") &&
+                             static_cast<unsigned>(count) > std::thread::hardware_concurrency();
+  if (oversubscribe) setenv("TRIDENT_NUM_THREADS", std::to_string(count).c_str(), 1);
   auto registry = std::make_unique<DeviceRegistry>();
   registry->add_backend(make_cpu_backend());
   unsetenv("TRIDENT_CPU_DEVICES");
+  if (oversubscribe) unsetenv("TRIDENT_NUM_THREADS");
   return registry;
 }
 
@@ -51,8 +57,14 @@ double relative_max_error(const std::vector<float>& a, const std::vector<float>&
   return diff / scale;
 }
 
-TrainOptions small_options(const std::string& model) {
-  TrainOptions o;
+// TrainOptions plus the built-in model the test trains.
+struct TestOptions : TrainOptions {
+  std::string model = "mlp";
+};
+ModelFactory model_of(const TestOptions& o) { return find_model(o.model).factory(); }
+
+TestOptions small_options(const std::string& model) {
+  TestOptions o;
   o.model = model;
   o.batch = 100;
   return o;
@@ -148,8 +160,8 @@ struct GroupRun {
   std::vector<std::vector<float>> all_weights;  // every process's
   int reduce_calls = 0;                         // sums across the processes, all counted
 };
-GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, TrainOptions o,
-                            int epochs, const MnistSplits& data, bool capturable,
+GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, TestOptions o,
+                            int epochs, const DatasetSplits& data, bool capturable,
                             bool overlaps = false) {
   ThreadRendezvous rendezvous(processes);
   const size_t per_process = devices.size() / static_cast<size_t>(processes);
@@ -161,7 +173,7 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
   for (int p = 0; p < processes; ++p)
     threads.emplace_back([&, p] {
       try {
-        TrainOptions mine = o;
+        TestOptions mine = o;
         mine.process_count = processes;
         mine.process_rank = p;
         mine.collective = [&](const std::vector<Device*>& local) {
@@ -170,7 +182,7 @@ GroupRun train_as_processes(const std::vector<Device*>& devices, int processes, 
         };
         std::vector<Device*> local(devices.begin() + static_cast<long>(p * per_process),
                                    devices.begin() + static_cast<long>((p + 1) * per_process));
-        Trainer trainer(local, mine, data);
+        Trainer trainer(local, model_of(mine), data, mine);
         for (int e = 0; e < epochs; ++e) losses[size_t(p)].push_back(trainer.train_epoch().train_loss);
         run.all_weights[size_t(p)] = trainer.network().parameters().to_host();
       } catch (...) {
@@ -306,13 +318,13 @@ TEST_CASE("data parallel: N CUDA devices equal one at the same global batch",
     return;
   }
   const std::vector<Device*> pair{gpus[0], gpus[1]};
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
-      const TrainOptions o = small_options(model);
-      Trainer one({gpus[0]}, o, data);
+      const TestOptions o = small_options(model);
+      Trainer one({gpus[0]}, model_of(o), data, o);
       const double one_loss = one.train_epoch().train_loss;
-      Trainer two(pair, o, data);
+      Trainer two(pair, model_of(o), data, o);
       // NCCL: gradient buckets summed during backward.
       CHECK(two.overlaps_backward() == overlap_allowed_by_env());
       const double two_loss = two.train_epoch().train_loss;
@@ -338,17 +350,17 @@ TEST_CASE("data parallel: on CUDA devices gradient buckets equal one sum after b
     return;
   }
   const std::vector<Device*> pair{gpus[0], gpus[1]};
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
-      TrainOptions o = small_options(model);
+      TestOptions o = small_options(model);
       o.overlap = false;
-      Trainer once(pair, o, data);
+      Trainer once(pair, model_of(o), data, o);
       REQUIRE_FALSE(once.overlaps_backward());
       const double once_loss = once.train_epoch().train_loss;
       o.overlap = true;
       o.bucket_bytes = 1;  // a bucket per layer with parameters
-      Trainer buckets(pair, o, data);
+      Trainer buckets(pair, model_of(o), data, o);
       REQUIRE(buckets.overlaps_backward());
       const double buckets_loss = buckets.train_epoch().train_loss;
       // Two ranks: every element is a + b either way; only a missed dependency could differ.
@@ -462,14 +474,14 @@ TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the revers
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(600, 100);
+  const DatasetSplits data = trident::testing::small_splits(600, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     DYNAMIC_SECTION(model) {
-      const TrainOptions o = small_options(model);
+      const TestOptions o = small_options(model);
       const std::string from_two = temp_path(model + "_two.safetensors");
       const std::string from_one = temp_path(model + "_one.safetensors");
       // The uninterrupted reference: 2 epochs on one device.
-      Trainer reference({pair[0]}, o, data);
+      Trainer reference({pair[0]}, model_of(o), data, o);
       reference.train_epoch();
       reference.save_checkpoint(from_one);
       reference.train_epoch();
@@ -477,11 +489,11 @@ TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the revers
 
       // 1 epoch on 2 devices, saved; resumed on 1 device for the second epoch.
       {
-        Trainer two(pair, o, data);
+        Trainer two(pair, model_of(o), data, o);
         two.train_epoch();
         two.save_checkpoint(from_two);
       }
-      Trainer resumed_on_one({pair[1]}, o, data);
+      Trainer resumed_on_one({pair[1]}, model_of(o), data, o);
       resumed_on_one.load_checkpoint(from_two);
       CHECK(resumed_on_one.epochs_done() == 1);
       CHECK(resumed_on_one.global_step() == 6);
@@ -489,7 +501,7 @@ TEST_CASE("data parallel: a 2-device checkpoint loads on 1 device and the revers
       CHECK(relative_max_error(resumed_on_one.network().parameters().to_host(), want) < 1e-4);
 
       // 1 epoch on 1 device, resumed on 2 devices: both replicas get the weights and momentum.
-      Trainer resumed_on_two(pair, o, data);
+      Trainer resumed_on_two(pair, model_of(o), data, o);
       resumed_on_two.load_checkpoint(from_one);
       resumed_on_two.train_epoch();
       CHECK(relative_max_error(resumed_on_two.network().parameters().to_host(), want) < 1e-4);
@@ -504,13 +516,13 @@ TEST_CASE("data parallel: two processes of one device each equal one device (tra
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     for (const bool capturable : {false, true}) {
       DYNAMIC_SECTION(model << (capturable ? ", all-reduce inside the recorded step"
                                            : ", all-reduce between steps")) {
-        const TrainOptions o = small_options(model);
-        Trainer one({pair[0]}, o, data);
+        const TestOptions o = small_options(model);
+        Trainer one({pair[0]}, model_of(o), data, o);
         std::vector<double> one_losses;
         for (int e = 0; e < 2; ++e) one_losses.push_back(one.train_epoch().train_loss);
         const GroupRun two = train_as_processes(pair, 2, o, 2, data, capturable);
@@ -528,10 +540,10 @@ TEST_CASE("data parallel: two processes of two devices each, and averaging acros
   auto registry = cpu_registry(4);
   const std::vector<Device*> four = registry->all_devices();
   REQUIRE(four.size() == 4);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
-  TrainOptions o = small_options("mlp");
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
+  TestOptions o = small_options("mlp");
   o.optimizer.momentum = 0.0f;
-  Trainer one({four[0]}, o, data);
+  Trainer one({four[0]}, model_of(o), data, o);
   one.train_epoch();
   const std::vector<float> want = one.network().parameters().to_host();
   const GroupRun reduce = train_as_processes(four, 2, o, 1, data, false);
@@ -552,14 +564,14 @@ TEST_CASE("data parallel: gradient sums started in buckets during backward equal
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   // (model, layers with parameters): a bucket per such layer when buckets are tiny.
   for (const auto& [model, parameter_layers] :
        std::vector<std::pair<std::string, size_t>>{{"mlp", 2}, {"cnn", 4}}) {
     for (const int64_t bucket_bytes : {int64_t(1), int64_t(1) << 30}) {
       DYNAMIC_SECTION(model << ", buckets of " << bucket_bytes << " bytes or more") {
-        TrainOptions o = small_options(model);
-        Trainer plain(pair, o, data);  // host staging: one sum after backward, a thread per device
+        TestOptions o = small_options(model);
+        Trainer plain(pair, model_of(o), data, o);  // host staging: one sum after backward, a thread per device
         CHECK_FALSE(plain.overlaps_backward());
         std::vector<double> plain_losses;
         for (int e = 0; e < 2; ++e) plain_losses.push_back(plain.train_epoch().train_loss);
@@ -571,7 +583,7 @@ TEST_CASE("data parallel: gradient sums started in buckets during backward equal
           recorder = made.get();
           return std::unique_ptr<Collective>(std::move(made));
         };
-        Trainer bucketed(pair, o, data);
+        Trainer bucketed(pair, model_of(o), data, o);
         REQUIRE(bucketed.overlaps_backward());
         std::vector<double> bucketed_losses;
         for (int e = 0; e < 2; ++e) bucketed_losses.push_back(bucketed.train_epoch().train_loss);
@@ -607,24 +619,24 @@ TEST_CASE("data parallel: the bucketed sum can be turned off, and needs the per-
           "[data-parallel][overlap]") {
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
-  const MnistSplits data = trident::testing::small_splits(400, 100);
-  TrainOptions o = small_options("mlp");
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  TestOptions o = small_options("mlp");
   o.collective = [](const std::vector<Device*>& devices) {
     return std::unique_ptr<Collective>(new RecordingBucketCollective(devices));
   };
   {
     ScopedEnv env_on("TRIDENT_OVERLAP", "1");
-    CHECK(Trainer(pair, o, data).overlaps_backward());
+    CHECK(Trainer(pair, model_of(o), data, o).overlaps_backward());
   }
-  CHECK_FALSE(Trainer({pair[0]}, o, data).overlaps_backward());  // nothing to sum
-  TrainOptions off = o;
+  CHECK_FALSE(Trainer({pair[0]}, model_of(o), data, o).overlaps_backward());  // nothing to sum
+  TestOptions off = o;
   off.overlap = false;
-  CHECK_FALSE(Trainer(pair, off, data).overlaps_backward());
-  TrainOptions averaging = o;
+  CHECK_FALSE(Trainer(pair, model_of(off), data, off).overlaps_backward());
+  TestOptions averaging = o;
   averaging.average_every = 2;
-  CHECK_FALSE(Trainer(pair, averaging, data).overlaps_backward());
+  CHECK_FALSE(Trainer(pair, model_of(averaging), data, averaging).overlaps_backward());
   ScopedEnv env_off("TRIDENT_OVERLAP", "0");
-  CHECK_FALSE(Trainer(pair, o, data).overlaps_backward());
+  CHECK_FALSE(Trainer(pair, model_of(o), data, o).overlaps_backward());
 }
 
 TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer hooks)",
@@ -633,12 +645,12 @@ TEST_CASE("data parallel: bucketed sums across processes equal one sum (trainer 
   auto registry = cpu_registry(2);
   const std::vector<Device*> pair = registry->all_devices();
   REQUIRE(pair.size() == 2);
-  const MnistSplits data = trident::testing::small_splits(800, 100);
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
   for (const std::string model : {"mlp", "cnn"}) {
     for (const bool capturable : {false, true}) {
       DYNAMIC_SECTION(model << (capturable ? ", buckets inside the recorded step"
                                            : ", buckets in an eager step")) {
-        TrainOptions o = small_options(model);
+        TestOptions o = small_options(model);
         o.bucket_bytes = 1;  // a bucket per layer with parameters
         const GroupRun once = train_as_processes(pair, 2, o, 2, data, capturable, false);
         const GroupRun buckets = train_as_processes(pair, 2, o, 2, data, capturable, true);

@@ -129,6 +129,7 @@ TEST_CASE("registry: unknown backend and device names are errors listing what ex
 
 TEST_CASE("registry: device lists, duplicates and backend:all", "[registry]") {
   ScopedEnv devices("TRIDENT_CPU_DEVICES", "3");
+  ScopedEnv threads("TRIDENT_NUM_THREADS", "3");  // a device per thread: 3 threads even on 2 cores
   DeviceRegistry r;
   r.add_backend(make_cpu_backend());
   REQUIRE(r.all_devices().size() == 3);

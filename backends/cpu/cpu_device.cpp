@@ -65,6 +65,11 @@ CpuDevice::CpuDevice(int index, int threads, const std::string& cpu_name)
 
 CpuDevice::~CpuDevice() { release_pool(); }
 
+const void* CpuDevice::memory_space() const {
+  static const char host = 0;
+  return &host;
+}
+
 void* CpuDevice::do_allocate(size_t bytes) {
   constexpr size_t kAlign = 64;  // a cache line, and a full AVX-512 vector
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;

@@ -17,6 +17,7 @@ class CpuDevice final : public Device {
   ~CpuDevice() override;
 
   const DeviceInfo& info() const override { return info_; }
+  const void* memory_space() const override;  // the host's: every CPU device shares it
   int threads() const { return threads_; }
 
  protected:

@@ -31,7 +31,7 @@ void backward_loop(const float* x, const float* y, const float* dy, float* dx, i
 
 void unary_forward(UnaryOp op, const float* x, float* y, int64_t n, float alpha) {
   switch (op) {
-#define TRIDENT_CPU_UNARY_FORWARD(name) \
+#define TRIDENT_CPU_UNARY_FORWARD(name, module) \
   case UnaryOp::name: return forward_loop<UnaryOp::name>(x, y, n, alpha);
     TRIDENT_UNARY_OPS(TRIDENT_CPU_UNARY_FORWARD)
 #undef TRIDENT_CPU_UNARY_FORWARD
@@ -41,7 +41,7 @@ void unary_forward(UnaryOp op, const float* x, float* y, int64_t n, float alpha)
 void unary_backward(UnaryOp op, const float* x, const float* y, const float* dy, float* dx,
                     int64_t n, float alpha) {
   switch (op) {
-#define TRIDENT_CPU_UNARY_BACKWARD(name) \
+#define TRIDENT_CPU_UNARY_BACKWARD(name, module) \
   case UnaryOp::name: return backward_loop<UnaryOp::name>(x, y, dy, dx, n, alpha);
     TRIDENT_UNARY_OPS(TRIDENT_CPU_UNARY_BACKWARD)
 #undef TRIDENT_CPU_UNARY_BACKWARD

@@ -1,0 +1,56 @@
+// The `trident` command line parsed and checked without running anything: the option table, the
+// typed readers with their error messages, and the train/eval settings (also the fuzz target).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+extern const char* const kCliUsage;
+
+// argv (without the program name) split into the command, options with values and flags.
+struct CliArgs {
+  std::string command;
+  std::map<std::string, std::string> values;  // "--lr" -> "0.1"
+  std::set<std::string> flags;                // "--json"
+
+  bool has(const std::string& option) const { return values.count(option) > 0 || flags.count(option) > 0; }
+  std::string get(const std::string& option, const std::string& fallback) const;
+  // An integer >= min_value; UsageError naming the option otherwise (out of range included).
+  int64_t get_int(const std::string& option, int64_t fallback, int64_t min_value) const;
+  // A finite float >= min_value; UsageError naming the option for text that is not a number,
+  // NaN or infinity, a value that overflows or underflows float, or one below min_value.
+  float get_float(const std::string& option, float fallback, float min_value) const;
+};
+
+// Splits argv; UsageError for no command, an unknown option, a missing value or a value given to
+// a flag. Options may be written "--lr 0.1" or "--lr=0.1".
+CliArgs parse_cli(const std::vector<std::string>& argv);
+
+// What `trident train` / `trident eval` read from the command line, every value checked. A
+// training option that was not given takes the model's recipe (models/zoo.h) value: the
+// defaults below only matter for options without one.
+struct CliTrainSettings {
+  std::string model = "cnn";       // not checked here: the model registry does that
+  std::string optimizer = "sgd";   // checked by validate(OptimizerConfig)
+  std::string data;                // "" : the default data directory
+  std::string devices;             // "" : TRIDENT_DEVICES or the default device
+  std::string checkpoint;          // "" : none (an explicit --checkpoint '' is an error)
+  std::string schedule = "none", loss = "auto";
+  int64_t epochs = 1, batch = 200, train_limit = 0, test_limit = 0, average_every = 0;
+  int64_t warmup_steps = 0, step_epochs = 1, crop_padding = 2;
+  uint64_t seed = 1;
+  float lr = 0.01f, momentum = 0.5f, weight_decay = 0.0f, max_lr = 0.0f, min_lr = 0.0f,
+        gamma = 0.1f, label_smoothing = 0.0f, clip_grad = 0.0f;
+  bool resume = false, capture = true, json = false, allow_nonfinite = false, augment = false,
+       no_flip = false, nesterov = false, no_nesterov = false;
+};
+
+// Reads and checks every train/eval option of args (UsageError naming the option on any bad
+// value; --checkpoint paths are checked for existence separately, by the command).
+CliTrainSettings train_settings(const CliArgs& args);
+
+}  // namespace trident
