@@ -84,7 +84,7 @@ void launch_unary_forward(const KernelContext& ctx, UnaryOp op, const float* x, 
                           int64_t n, float alpha) {
   if (n <= 0) return;
   switch (op) {
-#define TRIDENT_CUDA_UNARY_FORWARD(name)                                                   \
+#define TRIDENT_CUDA_UNARY_FORWARD(name, module)                                           \
   case UnaryOp::name:                                                                      \
     unary_forward_kernel<UnaryOp::name><<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(    \
         x, y, n, alpha);                                                                   \
@@ -98,7 +98,7 @@ void launch_unary_backward(const KernelContext& ctx, UnaryOp op, const float* x,
                            const float* dy, float* dx, int64_t n, float alpha) {
   if (n <= 0) return;
   switch (op) {
-#define TRIDENT_CUDA_UNARY_BACKWARD(name)                                                  \
+#define TRIDENT_CUDA_UNARY_BACKWARD(name, module)                                          \
   case UnaryOp::name:                                                                      \
     unary_backward_kernel<UnaryOp::name><<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(   \
         x, y, dy, dx, n, alpha);                                                           \
@@ -116,7 +116,7 @@ void launch_gemm_epilogue(const KernelContext& ctx, float* c, int64_t ldc, int64
                                        : bias_kind == BiasKind::per_row    ? 2 : 0;
   const bool small = fits_int32(m * n);
   switch (activation) {
-#define TRIDENT_CUDA_EPILOGUE(name)                                                         \
+#define TRIDENT_CUDA_EPILOGUE(name, module)                                                 \
   case UnaryOp::name:                                                                       \
     if (small)                                                                              \
       epilogue_as<int32_t, UnaryOp::name>(ctx, c, ldc, m, n, bias, kind, activation_alpha, \
