@@ -251,8 +251,10 @@ TEST_CASE("reliability 6: a safetensors header of 100,000 tensors parses in line
   const TensorFile loaded = load_safetensors(path);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(loaded.tensors.size() == 100000);
-  INFO("parse took " << seconds << " s (it took 58 s when duplicate keys were found by a linear scan)");
-  CHECK(seconds < 5.0);
+  // About 1.5 s here (2-core VM, release); a linear scan per key took over 100 s. The bound leaves
+  // room for sanitizer builds and a loaded machine.
+  INFO("parse took " << seconds << " s (it took over 100 s when duplicate keys were found by a linear scan)");
+  CHECK(seconds < 20.0);
 }
 
 TEST_CASE("reliability 7: checkpoint counters past 2^53 are refused, not wrapped",
