@@ -268,12 +268,21 @@ TEST_CASE("reliability 7: checkpoint counters past 2^53 are refused, not wrapped
   Trainer trainer({&cpu()}, o, data);
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"global_step", "9223372036854775807"}, {"epoch", "9007199254740993"}, {"seed", "99999999999999999999"},
-           {"global_step", "-1"}, {"epoch", "+5"}, {"epoch", " 5"}, {"global_step", ""}}) {
+           {"global_step", "9999999999999999999"}, {"seed", "9223372036854775808"}, {"global_step", "-1"},
+           {"epoch", "+5"}, {"epoch", " 5"}, {"global_step", ""}}) {
     INFO(key << " = '" << value << "'");
     const std::string path = edited_checkpoint(dir, "counter.safetensors", [&](TensorFile& f) { f.metadata[key] = value; });
     CHECK_THROWS_WITH(trainer.load_checkpoint(path), Contains("'" + key + "'"));
   }
   CHECK(trainer.global_step() == 0);
+  // Any seed the CLI accepts (up to 2^63 - 1) round-trips; steps up to 2^53 load.
+  const std::string big = edited_checkpoint(dir, "big.safetensors", [](TensorFile& f) {
+    f.metadata["seed"] = "9223372036854775807";
+    f.metadata["global_step"] = "9007199254740992";
+  });
+  trainer.load_checkpoint(big);
+  CHECK(trainer.global_step() == (int64_t{1} << 53));
+  CHECK(trainer.options().seed == 9223372036854775807ull);
 }
 
 TEST_CASE("reliability 8: a new run removes the temporaries a killed checkpoint write left, only those",
