@@ -28,7 +28,8 @@ void gemm_fused(Device& device, const GemmArgs& args) {
 }
 
 size_t conv2d_workspace_bytes(const Conv2dShape& s) {
-  return static_cast<size_t>(s.patch_size() * s.out_height() * s.out_width()) * sizeof(float);
+  return static_cast<size_t>(s.patch_size() * s.out_height() * s.out_width()) *
+         dtype_size(s.dtype);
 }
 
 namespace {
@@ -42,8 +43,8 @@ struct SampleViews {
         p(s.out_height() * s.out_width()) {}
 };
 
-Tensor columns(const Tensor& workspace, const SampleViews& v) {
-  return workspace.reinterpret(DType::f32, {v.ckk, v.p});
+Tensor columns(const Tensor& workspace, const SampleViews& v, DType dtype) {
+  return workspace.reinterpret(dtype, {v.ckk, v.p});
 }
 
 }  // namespace
@@ -51,10 +52,11 @@ Tensor columns(const Tensor& workspace, const SampleViews& v) {
 void conv2d_forward(Device& device, const Conv2dShape& s, const Tensor& x, const Tensor& w,
                     const Tensor& b, const Tensor& y, const Tensor& workspace) {
   const SampleViews v(s);
-  const Tensor col = columns(workspace, v);
+  const Tensor col = columns(workspace, v, s.dtype);
   for (int64_t n = 0; n < s.batch; ++n) {
     device.im2col(s, x.view(n * v.in_size, {s.in_channels, s.height, s.width}), col);
     GemmArgs g;  // y_n[OC, P] = W[OC, CKK] col[CKK, P]
+    g.allow_tf32 = s.allow_tf32;
     g.m = s.out_channels; g.n = v.p; g.k = v.ckk;
     g.a = w; g.b = col; g.c = y.view(n * v.out_size, {s.out_channels, v.p});
     device.gemm(g);
@@ -66,13 +68,14 @@ void conv2d_backward(Device& device, const Conv2dShape& s, const Tensor& x, cons
                      const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
                      const Tensor& workspace) {
   const SampleViews v(s);
-  const Tensor col = columns(workspace, v);
+  const Tensor col = columns(workspace, v, s.dtype);
   if (db.defined()) device.channel_sums(dy, Tensor(), db, s.batch, s.out_channels, v.p, 0.0f);
   for (int64_t n = 0; n < s.batch; ++n) {
     const Tensor dy_n = dy.view(n * v.out_size, {s.out_channels, v.p});
     device.im2col(s, x.view(n * v.in_size, {s.in_channels, s.height, s.width}), col);
     GemmArgs gw;  // dw[OC, CKK] (+)= dy_n[OC, P] col[CKK, P]^T
     gw.trans_b = true;
+    gw.allow_tf32 = s.allow_tf32;
     gw.m = s.out_channels; gw.n = v.ckk; gw.k = v.p;
     gw.a = dy_n; gw.b = col; gw.c = dw;
     gw.beta = n == 0 ? 0.0f : 1.0f;
@@ -80,6 +83,7 @@ void conv2d_backward(Device& device, const Conv2dShape& s, const Tensor& x, cons
     if (!dx.defined()) continue;
     GemmArgs gx;  // dcol[CKK, P] = W[OC, CKK]^T dy_n[OC, P], over the columns (read above)
     gx.trans_a = true;
+    gx.allow_tf32 = s.allow_tf32;
     gx.m = v.ckk; gx.n = v.p; gx.k = s.out_channels;
     gx.a = w; gx.b = dy_n; gx.c = col;
     device.gemm(gx);
@@ -97,11 +101,39 @@ void log_softmax_nll(Device& device, const Tensor& x, const Tensor& labels, floa
   device.log_softmax_backward(y, dx, dx);
 }
 
+void scale(Device& device, const Tensor& x, const Tensor& factor, const Tensor& y) {
+  GemmArgs g;  // y[n, 1] = x[n, 1] factor[1, 1]
+  g.m = x.numel(); g.n = 1; g.k = 1;
+  g.a = x; g.b = factor; g.c = y;
+  const bool in_place = y.memory().handle == x.memory().handle;  // the front allows only y == x
+  if (x.dtype() != DType::f32 || y.dtype() != DType::f32 || in_place) {
+    // A and B share one type (float32, factor's), and C may not overlap A: through scratch.
+    const size_t mark = device.scratch_mark();
+    const Tensor x32 = device.scratch(DType::f32, {x.numel()});
+    device.convert(x, x32);
+    g.a = x32;
+    if (y.dtype() == DType::f32) {
+      device.gemm(g);
+    } else {
+      g.c = device.scratch(DType::f32, {x.numel()});
+      device.gemm(g);
+      device.convert(g.c, y);
+    }
+    device.release_scratch(mark);
+    return;
+  }
+  device.gemm(g);
+}
+
 }  // namespace defaults
 
 // ---- the base slots ------------------------------------------------------------------------------
 
 void Device::do_gemm_fused(const GemmArgs& args) { defaults::gemm_fused(*this, args); }
+
+void Device::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
+  defaults::scale(*this, x, factor, y);
+}
 
 size_t Device::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   return defaults::conv2d_workspace_bytes(s);

@@ -6,6 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/half.h"
 
 namespace trident {
 namespace {
@@ -23,6 +24,7 @@ CachingAllocator& Device::allocator() { return *allocator_; }
 
 void Device::release_pool() noexcept {
   error_flag_ = Tensor();
+  scratch_blocks_.clear();
   allocator_->release_all();
 }
 
@@ -92,10 +94,63 @@ void Device::synchronize() {
 
 std::unique_ptr<CapturedWork> Device::capture(const std::function<void()>& step) {
   error_flag();  // allocate now: nothing may allocate while a step is being recorded
-  return do_capture(step);
+  capturing_ = true;
+  try {
+    auto work = do_capture(step);
+    capturing_ = false;
+    return work;
+  } catch (...) {
+    capturing_ = false;
+    throw;
+  }
 }
 
 std::unique_ptr<CapturedWork> Device::do_capture(const std::function<void()>&) { return nullptr; }
+
+// ---- dtypes and scratch --------------------------------------------------------------------------
+
+bool Device::supports(DType dtype) const {
+  return !is_half(dtype) || do_native(OpFamily::convert, dtype);
+}
+
+bool Device::do_native(OpFamily, DType) const { return false; }
+
+void Device::do_convert(const Tensor& src, const Tensor&) {
+  throw UsageError(info().id() + " (" + info().backend + " backend) does not support " +
+                   dtype_name(src.dtype()) + " tensors: use float32 here");
+}
+
+void Device::do_update_loss_scale(const Tensor&, const Tensor&, const LossScaleParams&) {
+  throw UsageError(info().id() + " (" + info().backend + " backend) does not train in float16 "
+                   "(no loss scaling): use --precision fp32 or bf16");
+}
+
+Tensor Device::scratch(DType dtype, const Shape& shape) {
+  constexpr size_t kAlign = 256;
+  const size_t bytes = (static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype) + kAlign - 1) /
+                       kAlign * kAlign;
+  // Walk the blocks in order: scratch_used_ counts bytes from the first block's start, a
+  // request never straddling two blocks.
+  size_t begin = 0;
+  for (const Tensor& block : scratch_blocks_) {
+    const size_t end = begin + block.bytes();
+    if (scratch_used_ < end) {
+      const size_t start = std::max(scratch_used_, begin);
+      if (start + bytes <= end) {
+        scratch_used_ = start + bytes;
+        return block.reinterpret(dtype, shape, start - begin);
+      }
+    }
+    begin = end;
+  }
+  if (capturing_)
+    throw Error(info().id() + ": a captured step needs more scratch than the eager step before it "
+                "(" + std::to_string(bytes) + " bytes more); run the step once eagerly first");
+  const size_t block_bytes = std::max<size_t>(bytes, size_t(64) << 20);
+  scratch_blocks_.push_back(Tensor::empty(*this, {static_cast<int64_t>(block_bytes)}, DType::u8));
+  scratch_used_ = begin + bytes;
+  return scratch_blocks_.back().reinterpret(dtype, shape, 0);
+}
 
 // ---- workspace claims ------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@
 
 #include "core/device_types.h"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/op_types.h"
 #include "core/tensor.h"
 
@@ -40,6 +41,20 @@ class CapturedWork {
  public:
   virtual ~CapturedWork() = default;
   virtual void replay() = 0;
+};
+
+// The op families a backend may compute natively in 16-bit floats (Device::native). For the
+// others, the front converts 16-bit operands through float32 scratch around the float32 kernel.
+enum class OpFamily : uint8_t {
+  convert,      // convert(): the device holds the type at all (required for any other family)
+  gemm,         // A and B of one 16-bit type, C float32 or the same type, bias float32
+  elementwise,  // unary, dropout, axpby
+  channel,      // channel_affine, channel_sums (scale, shift, sums float32)
+  conv2d,       // x, w, y, dx, dy, and im2col / col2im (dw, db float32)
+  pool,         // max and average pooling
+  batchnorm,    // x, y, dx, dy (parameters and statistics float32)
+  head,         // log-softmax, losses, count_correct (losses float32)
+  gather,       // gather_samples' output
 };
 
 // Codes a kernel writes into the device's error flag (word 0; word 1 holds the offending value).
@@ -76,8 +91,22 @@ class Device {
   // memory, nor read values back.
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& step);
 
+  // ---- dtypes ------------------------------------------------------------------------------------
+  // Whether this device holds tensors of dtype at all (float32 always; 16-bit floats when the
+  // backend converts them): ops refuse float types it does not support.
+  bool supports(DType dtype) const;
+  // Whether ops of `family` compute on dtype without staging it through float32 scratch.
+  bool native(OpFamily family, DType dtype) const { return dtype == DType::f32 || do_native(family, dtype); }
+  // dst = src converted to dst's dtype, elementwise, rounding to nearest even (float32, float16,
+  // bfloat16, and uint8 to any float type); the same element count.
+  void convert(const Tensor& src, const Tensor& dst);
+  // y = x * factor[0], with factor f32 [1] on the device (a scale that changes between replays
+  // of a captured step: fp16 loss scaling). x and y of any float type, y may be x.
+  void scale(const Tensor& x, const Tensor& factor, const Tensor& y);
+
   // ---- linear algebra --------------------------------------------------------------------------
-  // See GemmArgs (core/op_types.h). C may not overlap A, B or the bias.
+  // See GemmArgs (core/op_types.h). C may not overlap A, B or the bias. A and B of one float type
+  // (16-bit: float32 accumulation), C float32 or A's type, bias float32.
   void gemm(const GemmArgs& args);
   // y = a * x + b * y over all elements (x and y the same size); b == 0: y is not read.
   void axpby(const Tensor& x, const Tensor& y, float a, float b);
@@ -201,6 +230,17 @@ class Device {
   void adam_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                    const AdamParams& hp, const UpdateControl& control,
                    const Tensor& step_state);
+  // Dynamic loss scaling after a step: see LossScaleParams. state f32 [2], grad_sumsq f32 [1].
+  void update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                         const LossScaleParams& params);
+
+  // ---- scratch -------------------------------------------------------------------------------
+  // Device memory for one op's temporaries (16-bit operands staged through float32): a region
+  // of a grow-only arena, valid until release_scratch(mark). The arena cannot grow while a step
+  // is being captured: the eager first step sizes it.
+  size_t scratch_mark() const { return scratch_used_; }
+  Tensor scratch(DType dtype, const Shape& shape);
+  void release_scratch(size_t mark) { scratch_used_ = mark; }
 
  protected:
   // ---- required slots ----------------------------------------------------------------------------
@@ -268,6 +308,16 @@ class Device {
                               const UpdateControl& control, const Tensor& step_state) = 0;
 
   // ---- optional slots (defaults in core/default_ops.cpp) -----------------------------------------
+  // 16-bit support: dtype conversion (the default: none, so the device holds only float32), and
+  // the families computed natively (the default: none; the front stages the rest).
+  virtual void do_convert(const Tensor& src, const Tensor& dst);
+  virtual bool do_native(OpFamily family, DType dtype) const;
+  // Default: a GEMM of x as a column [n, 1] by factor as [1, 1].
+  virtual void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y);
+  // A one-thread kernel in a backend that trains in float16 (the state stays on the device, so
+  // that a captured step replays with the current scale). Default: refused (no float16 training).
+  virtual void do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                                    const LossScaleParams& params);
   // Default: nullptr (no capture; the step runs eagerly every time).
   virtual std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step);
   // GEMM with bias and/or activation (args.has_epilogue()). Default: do_gemm, then
@@ -314,9 +364,15 @@ class Device {
   void invalidate_claims(const Tensor& written);
   // Turns a raised error flag into a BackendError (and clears it).
   void check_error_flag();
+  // The shape the conv2d slots see: s, or s in float32 when s.dtype is staged.
+  Conv2dShape conv_compute_shape(const Conv2dShape& s) const;
 
   std::unique_ptr<CachingAllocator> allocator_;
   Tensor error_flag_;
+  // The scratch arena: blocks kept for the device's life (a captured step may refer to any).
+  std::vector<Tensor> scratch_blocks_;
+  size_t scratch_used_ = 0;  // bytes handed out, across blocks in order
+  bool capturing_ = false;
   std::mutex claims_mutex_;
   std::vector<WorkspaceClaim> claims_;
 };

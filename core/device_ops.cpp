@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/half.h"
 
 namespace trident {
 namespace {
@@ -13,7 +14,7 @@ bool same_shape(const Conv2dShape& a, const Conv2dShape& b) {
   return a.batch == b.batch && a.in_channels == b.in_channels && a.height == b.height &&
          a.width == b.width && a.out_channels == b.out_channels && a.kernel_h == b.kernel_h &&
          a.kernel_w == b.kernel_w && a.stride_h == b.stride_h && a.stride_w == b.stride_w &&
-         a.pad_h == b.pad_h && a.pad_w == b.pad_w;
+         a.pad_h == b.pad_h && a.pad_w == b.pad_w && a.dtype == b.dtype;
 }
 
 // Argument checks of one op call; every failure is a ShapeError "<device>: <op>: <problem>".
@@ -53,6 +54,31 @@ class OpCheck {
   void optional(const char* name, const Tensor& t, int64_t count, DType want = DType::f32) const {
     if (t.defined()) tensor(name, t, count, want);
   }
+  // A tensor of any float type this device holds (float32, and the 16-bit types it converts).
+  void floating(const char* name, const Tensor& t, int64_t count) const {
+    here(name, t);
+    if (!is_float(t.dtype()))
+      fail(std::string(name) + " is " + dtype_name(t.dtype()) + ", expected a float type");
+    if (!device_.supports(t.dtype()))
+      fail(std::string(name) + " is " + dtype_name(t.dtype()) + ", which this " +
+           device_.info().backend + " device does not support (use float32)");
+    if (count >= 0 && t.numel() != count)
+      fail(std::string(name) + " has " + std::to_string(t.numel()) + " elements (shape " +
+           shape_string(t.shape()) + "), expected " + std::to_string(count));
+  }
+  void optional_floating(const char* name, const Tensor& t, int64_t count) const {
+    if (t.defined()) floating(name, t, count);
+  }
+  // A float tensor of exactly `want` (the op's compute type: conv2d's s.dtype, or x's type).
+  void same_float(const char* name, const Tensor& t, int64_t count, DType want) const {
+    floating(name, t, count);
+    if (t.dtype() != want)
+      fail(std::string(name) + " is " + dtype_name(t.dtype()) + ", expected " + dtype_name(want) +
+           " like the op's other activations");
+  }
+  void optional_same_float(const char* name, const Tensor& t, int64_t count, DType want) const {
+    if (t.defined()) same_float(name, t, count, want);
+  }
   void nonnegative(const char* what, int64_t value) const {
     if (value < 0) fail(std::string(what) + " is negative (" + std::to_string(value) + ")");
   }
@@ -77,6 +103,57 @@ class OpCheck {
   const char* op_;
 };
 
+// 16-bit operands of a family the backend does not compute natively, staged through float32
+// scratch: in() gives the float32 form of an input (converted now), out() the float32 form of an
+// output (converted back by finish()). Tensors already float32, or native, pass through. The
+// same memory staged twice (an op in place) gets one scratch copy.
+class Staging {
+ public:
+  Staging(Device& device, OpFamily family)
+      : device_(device), family_(family), mark_(device.scratch_mark()) {}
+  ~Staging() { device_.release_scratch(mark_); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  Tensor in(const Tensor& t) { return stage(t, true, false); }
+  // read: the op also reads the output's old value (beta != 0, accumulation, in place).
+  Tensor out(const Tensor& t, bool read = false) { return stage(t, read, true); }
+  void finish() {
+    for (const Pair& p : pairs_)
+      if (p.written) device_.convert(p.staged, p.original);
+  }
+
+ private:
+  struct Pair {
+    Tensor original, staged;
+    bool loaded = false, written = false;
+  };
+  // Arguments are staged before the op runs, in any order (a call's arguments are evaluated in
+  // an unspecified order): an output staged first and read later as an input is loaded then.
+  Tensor stage(const Tensor& t, bool read, bool write) {
+    if (!t.defined() || !is_half(t.dtype()) || device_.native(family_, t.dtype())) return t;
+    Pair* pair = nullptr;
+    for (Pair& p : pairs_)
+      if (p.original.memory().handle == t.memory().handle &&
+          p.original.memory().offset == t.memory().offset && p.original.bytes() == t.bytes())
+        pair = &p;
+    if (!pair) {
+      pairs_.push_back({t, device_.scratch(DType::f32, t.shape())});
+      pair = &pairs_.back();
+    }
+    if (read && !pair->loaded) {
+      device_.convert(pair->original, pair->staged.reshape(pair->original.shape()));
+      pair->loaded = true;
+    }
+    pair->written = pair->written || write;
+    return pair->staged.reshape(t.shape());
+  }
+  Device& device_;
+  OpFamily family_;
+  size_t mark_;
+  std::vector<Pair> pairs_;
+};
+
 // The stored matrix of `rows` x `cols` with row stride `ld`; fills ld = cols when it is 0.
 void check_matrix(const OpCheck& check, const char* name, const Tensor& t, int64_t rows,
                   int64_t cols, int64_t& ld) {
@@ -84,8 +161,7 @@ void check_matrix(const OpCheck& check, const char* name, const Tensor& t, int64
   if (ld < std::max<int64_t>(cols, 1))
     check.fail(std::string("the row stride of ") + name + " (" + std::to_string(ld) +
                ") is smaller than its " + std::to_string(cols) + " columns");
-  check.here(name, t);
-  check.dtype(name, t, DType::f32);
+  check.floating(name, t, -1);
   const int64_t needed = rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
   if (t.numel() < needed)
     check.fail(std::string(name) + " has " + std::to_string(t.numel()) + " elements, a " +
@@ -143,8 +219,7 @@ void check_batchnorm(const OpCheck& check, const BatchNormShape& s) {
 // x and friends of a [rows, cols] head op: the rows and columns of x's 2-D shape.
 void head_shape(const OpCheck& check, const char* name, const Tensor& x, int64_t& rows,
                 int64_t& cols) {
-  check.here(name, x);
-  check.dtype(name, x, DType::f32);
+  check.floating(name, x, -1);
   if (x.shape().size() != 2)
     check.fail(std::string(name) + " must be [rows, classes], got " + shape_string(x.shape()));
   rows = x.dim(0);
@@ -167,8 +242,14 @@ void check_update_control(const OpCheck& check, const UpdateControl& c,
   }
   if (c.grad_sumsq.defined()) {
     check.tensor("grad_sumsq", c.grad_sumsq, 1);
-    check.require(c.max_norm > 0.0f && std::isfinite(c.max_norm),
-                  "max_norm must be positive and finite");
+    check.require(std::isfinite(c.max_norm) &&
+                      (c.max_norm > 0.0f || (c.max_norm == 0.0f && c.loss_scale.defined())),
+                  "max_norm must be positive and finite (0 only with a loss scale: no clipping)");
+  }
+  if (c.loss_scale.defined()) {
+    check.tensor("loss_scale", c.loss_scale, 1);
+    check.require(c.grad_sumsq.defined(),
+                  "a loss scale needs grad_sumsq (an overflowed step is skipped on its sum)");
   }
   if (c.schedule.defined() || c.grad_sumsq.defined() || step_state.defined())
     check.tensor("step_state", step_state, kStepStateCount, DType::i32);
@@ -181,11 +262,45 @@ void check_update_control(const OpCheck& check, const UpdateControl& c,
 void Device::fill(const Tensor& dst, float value) {
   OpCheck check(*this, "fill");
   check.here("dst", dst);
-  check.require(value == 0.0f || dst.dtype() == DType::f32 || dst.dtype() == DType::i32,
-                std::string("a non-zero fill needs an F32 or I32 tensor, not ") +
+  check.require(value == 0.0f || is_float(dst.dtype()) || dst.dtype() == DType::i32,
+                std::string("a non-zero fill needs a float or I32 tensor, not ") +
                     dtype_name(dst.dtype()));
+  if (is_half(dst.dtype()) && value != 0.0f) check.floating("dst", dst, -1);
   invalidate_claims(dst);
-  if (dst.numel() > 0) do_fill(dst, value);
+  if (dst.numel() == 0) return;
+  if (value == 0.0f || !is_half(dst.dtype())) return do_fill(dst, value);
+  Staging stage(*this, OpFamily::elementwise);
+  do_fill(stage.out(dst), value);
+  stage.finish();
+}
+
+void Device::convert(const Tensor& src, const Tensor& dst) {
+  OpCheck check(*this, "convert");
+  check.here("src", src);
+  check.require(is_float(src.dtype()) || src.dtype() == DType::u8,
+                std::string("src is ") + dtype_name(src.dtype()) + ", expected a float type or U8");
+  if (is_half(src.dtype())) check.floating("src", src, -1);
+  check.floating("dst", dst, src.numel());
+  check.disjoint("dst", dst, "src", src);
+  invalidate_claims(dst);
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype()) return copy_on_device(dst.memory(), src.memory(), src.bytes());
+  do_convert(src, dst);
+}
+
+void Device::scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
+  OpCheck check(*this, "scale");
+  check.floating("x", x, -1);
+  check.floating("y", y, x.numel());
+  check.tensor("factor", factor, 1);
+  check.disjoint("x", x, "y", y, true);
+  check.disjoint("y", y, "factor", factor);
+  invalidate_claims(y);
+  if (x.numel() == 0) return;
+  Staging stage(*this, OpFamily::elementwise);
+  const Tensor xs = stage.in(x), ys = stage.out(y);
+  do_scale(xs, factor, ys);
+  stage.finish();
 }
 
 // ---- linear algebra ----------------------------------------------------------------------------
@@ -204,72 +319,95 @@ void Device::gemm(const GemmArgs& in) {
                                 : "BiasKind asks for a bias but none was given");
   if (g.bias.defined())
     check.tensor("bias", g.bias, g.bias_kind == BiasKind::per_column ? g.n : g.m);
+  check.require(g.a.dtype() == g.b.dtype(), std::string("a is ") + dtype_name(g.a.dtype()) +
+                                                 " but b is " + dtype_name(g.b.dtype()) +
+                                                 ": A and B share one type");
+  check.require(g.c.dtype() == DType::f32 || g.c.dtype() == g.a.dtype(),
+                std::string("c is ") + dtype_name(g.c.dtype()) + ": C is float32 or A's type (" +
+                    dtype_name(g.a.dtype()) + ")");
   check.disjoint("c", g.c, "a", g.a);
   check.disjoint("c", g.c, "b", g.b);
   check.disjoint("c", g.c, "bias", g.bias);
   invalidate_claims(g.c);
   if (g.m == 0 || g.n == 0) return;
+  Staging stage(*this, OpFamily::gemm);
+  g.a = stage.in(g.a);
+  g.b = stage.in(g.b);
+  g.c = stage.out(g.c, g.beta != 0.0f);
   if (g.has_epilogue())
     do_gemm_fused(g);
   else
     do_gemm(g);
+  stage.finish();
 }
 
 void Device::axpby(const Tensor& x, const Tensor& y, float a, float b) {
   OpCheck check(*this, "axpby");
-  check.here("y", y);
-  check.tensor("x", x, y.numel());
-  check.dtype("y", y, DType::f32);
+  check.floating("y", y, -1);
+  check.floating("x", x, y.numel());
   check.disjoint("x", x, "y", y, true);
   invalidate_claims(y);
-  if (y.numel() > 0) do_axpby(x, y, a, b);
+  if (y.numel() == 0) return;
+  Staging stage(*this, OpFamily::elementwise);
+  const Tensor xs = stage.in(x), ys = stage.out(y, b != 0.0f);
+  do_axpby(xs, ys, a, b);
+  stage.finish();
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
 
 void Device::unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) {
   OpCheck check(*this, "unary_forward");
-  check.here("x", x);
-  check.dtype("x", x, DType::f32);
-  check.tensor("y", y, x.numel());
+  check.floating("x", x, -1);
+  check.floating("y", y, x.numel());
   check.disjoint("x", x, "y", y, true);
   invalidate_claims(y);
-  if (x.numel() > 0) do_unary_forward(op, x, y, alpha);
+  if (x.numel() == 0) return;
+  Staging stage(*this, OpFamily::elementwise);
+  const Tensor xs = stage.in(x), ys = stage.out(y);
+  do_unary_forward(op, xs, ys, alpha);
+  stage.finish();
 }
 
 void Device::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                             const Tensor& dx, float alpha) {
   OpCheck check(*this, "unary_backward");
-  check.here("dy", dy);
-  check.dtype("dy", dy, DType::f32);
+  check.floating("dy", dy, -1);
   const int64_t n = dy.numel();
-  check.tensor("dx", dx, n);
+  check.floating("dx", dx, n);
   if (unary_backward_needs_input(op, alpha))
-    check.tensor("x (the forward input)", x, n);
+    check.floating("x (the forward input)", x, n);
   else
-    check.tensor("y (the forward output)", y, n);
-  check.optional("x", x, n);
-  check.optional("y", y, n);
+    check.floating("y (the forward output)", y, n);
+  check.optional_floating("x", x, n);
+  check.optional_floating("y", y, n);
   check.disjoint("dx", dx, "dy", dy, true);
   check.disjoint("dx", dx, "x", x);
   check.disjoint("dx", dx, "y", y);
   invalidate_claims(dx);
-  if (n > 0) do_unary_backward(op, x, y, dy, dx, alpha);
+  if (n == 0) return;
+  Staging stage(*this, OpFamily::elementwise);
+  const Tensor xs = stage.in(x), ys = stage.in(y), dys = stage.in(dy), dxs = stage.out(dx);
+  do_unary_backward(op, xs, ys, dys, dxs, alpha);
+  stage.finish();
 }
 
 void Device::dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
                      float p, uint64_t seed, uint32_t stream, const Tensor& step_state) {
   OpCheck check(*this, "dropout");
-  check.here("x", x);
-  check.dtype("x", x, DType::f32);
-  check.tensor("y", y, x.numel());
+  check.floating("x", x, -1);
+  check.floating("y", y, x.numel());
   check.tensor("step_state", step_state, kStepStateCount, DType::i32);
   check.positive("group", group);
   check.nonnegative("group_offset", group_offset);
   check.require(p >= 0.0f && p <= 1.0f, "p must be in [0, 1], got " + std::to_string(p));
   check.disjoint("x", x, "y", y, true);
   invalidate_claims(y);
-  if (x.numel() > 0) do_dropout(x, y, group, group_offset, p, seed, stream, step_state);
+  if (x.numel() == 0) return;
+  Staging stage(*this, OpFamily::elementwise);
+  const Tensor xs = stage.in(x), ys = stage.out(y);
+  do_dropout(xs, ys, group, group_offset, p, seed, stream, step_state);
+  stage.finish();
 }
 
 // ---- per-channel broadcast and reduction ---------------------------------------------------------
@@ -280,15 +418,19 @@ void Device::channel_affine(const Tensor& x, const Tensor& scale, const Tensor& 
   check.nonnegative("outer", outer);
   check.positive("channels", channels);
   check.nonnegative("inner", inner);
-  check.tensor("x", x, outer * channels * inner);
-  check.tensor("y", y, x.numel());
+  check.floating("x", x, outer * channels * inner);
+  check.floating("y", y, x.numel());
   check.optional("scale", scale, channels);
   check.optional("shift", shift, channels);
   check.disjoint("x", x, "y", y, true);
   check.disjoint("y", y, "scale", scale);
   check.disjoint("y", y, "shift", shift);
   invalidate_claims(y);
-  if (x.numel() > 0) do_channel_affine(x, scale, shift, y, outer, channels, inner);
+  if (x.numel() == 0) return;
+  Staging stage(*this, OpFamily::channel);
+  const Tensor xs = stage.in(x), ys = stage.out(y);
+  do_channel_affine(xs, scale, shift, ys, outer, channels, inner);
+  stage.finish();
 }
 
 void Device::channel_sums(const Tensor& x, const Tensor& y, const Tensor& out, int64_t outer,
@@ -297,13 +439,14 @@ void Device::channel_sums(const Tensor& x, const Tensor& y, const Tensor& out, i
   check.nonnegative("outer", outer);
   check.positive("channels", channels);
   check.nonnegative("inner", inner);
-  check.tensor("x", x, outer * channels * inner);
-  check.optional("y", y, x.numel());
+  check.floating("x", x, outer * channels * inner);
+  check.optional_floating("y", y, x.numel());
   check.tensor("out", out, channels);
   check.disjoint("out", out, "x", x);
   check.disjoint("out", out, "y", y);
   invalidate_claims(out);
-  do_channel_sums(x, y, out, outer, channels, inner, beta);
+  Staging stage(*this, OpFamily::channel);
+  do_channel_sums(stage.in(x), stage.in(y), out, outer, channels, inner, beta);
 }
 
 void Device::sum_rows(const Tensor& dy, int64_t rows, int64_t cols, const Tensor& db,
@@ -313,20 +456,32 @@ void Device::sum_rows(const Tensor& dy, int64_t rows, int64_t cols, const Tensor
 
 // ---- convolution -------------------------------------------------------------------------------
 
+// The shape a backend's conv2d slots see: s itself when it computes s.dtype natively, else the
+// float32 shape its staged operands have.
+Conv2dShape Device::conv_compute_shape(const Conv2dShape& s) const {
+  Conv2dShape staged = s;
+  if (!native(OpFamily::conv2d, s.dtype)) staged.dtype = DType::f32;
+  return staged;
+}
+
 size_t Device::conv2d_workspace_bytes(const Conv2dShape& s) const {
-  check_conv(OpCheck(*this, "conv2d_workspace_bytes"), s);
-  return do_conv2d_workspace_bytes(s);
+  OpCheck check(*this, "conv2d_workspace_bytes");
+  check_conv(check, s);
+  check.require(is_float(s.dtype) && supports(s.dtype),
+                std::string("dtype ") + dtype_name(s.dtype) + " is not a float type this device holds");
+  return do_conv2d_workspace_bytes(conv_compute_shape(s));
 }
 
 void Device::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                             const Tensor& b, const Tensor& y, const Tensor& workspace) {
   OpCheck check(*this, "conv2d_forward");
   check_conv(check, s);
-  check.tensor("x", x, s.input_numel());
-  check.tensor("w", w, s.weight_numel());
+  check.same_float("x", x, s.input_numel(), s.dtype);
+  check.same_float("w", w, s.weight_numel(), s.dtype);
   check.optional("b", b, s.out_channels);
-  check.tensor("y", y, s.output_numel());
-  const size_t ws_bytes = do_conv2d_workspace_bytes(s);
+  check.same_float("y", y, s.output_numel(), s.dtype);
+  const Conv2dShape cs = conv_compute_shape(s);
+  const size_t ws_bytes = do_conv2d_workspace_bytes(cs);
   if (ws_bytes > 0) {
     check.here("workspace", workspace);
     check.require(workspace.bytes() >= ws_bytes,
@@ -341,7 +496,10 @@ void Device::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor&
   invalidate_claims(y);
   invalidate_claims(workspace);
   if (s.batch == 0) return;
-  const bool holds = do_conv2d_forward(s, x, w, b, y, workspace);
+  Staging stage(*this, OpFamily::conv2d);
+  const bool holds =
+      do_conv2d_forward(cs, stage.in(x), stage.in(w), b, stage.out(y), workspace);
+  stage.finish();
   if (holds && workspace.defined()) {
     std::lock_guard<std::mutex> lock(claims_mutex_);
     claims_.push_back({workspace.memory(), x.memory(), workspace.bytes(), x.bytes(), s});
@@ -353,13 +511,14 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
                              const Tensor& db, const Tensor& workspace) {
   OpCheck check(*this, "conv2d_backward");
   check_conv(check, s);
-  check.tensor("x", x, s.input_numel());
-  check.tensor("w", w, s.weight_numel());
-  check.tensor("dy", dy, s.output_numel());
-  check.optional("dx", dx, s.input_numel());
+  check.same_float("x", x, s.input_numel(), s.dtype);
+  check.same_float("w", w, s.weight_numel(), s.dtype);
+  check.same_float("dy", dy, s.output_numel(), s.dtype);
+  check.optional_same_float("dx", dx, s.input_numel(), s.dtype);
   check.tensor("dw", dw, s.weight_numel());
   check.optional("db", db, s.out_channels);
-  const size_t ws_bytes = do_conv2d_workspace_bytes(s);
+  const Conv2dShape cs = conv_compute_shape(s);
+  const size_t ws_bytes = do_conv2d_workspace_bytes(cs);
   if (ws_bytes > 0) {
     check.here("workspace", workspace);
     check.require(workspace.bytes() >= ws_bytes,
@@ -398,7 +557,10 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
     if (db.defined()) do_fill(db, 0.0f);
     return;
   }
-  const bool still_holds = do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, valid);
+  Staging stage(*this, OpFamily::conv2d);
+  const bool still_holds = do_conv2d_backward(cs, stage.in(x), stage.in(w), stage.in(dy),
+                                              stage.out(dx), dw, db, workspace, valid);
+  stage.finish();
   if (valid && still_holds) {
     std::lock_guard<std::mutex> lock(claims_mutex_);
     claims_.push_back({workspace.memory(), x.memory(), workspace.bytes(), x.bytes(), s});
@@ -408,21 +570,25 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
 void Device::im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
   OpCheck check(*this, "im2col");
   check_conv(check, s);
-  check.tensor("x", x, s.in_channels * s.height * s.width);
-  check.tensor("col", col, s.patch_size() * s.out_height() * s.out_width());
+  check.same_float("x", x, s.in_channels * s.height * s.width, s.dtype);
+  check.same_float("col", col, s.patch_size() * s.out_height() * s.out_width(), s.dtype);
   check.disjoint("col", col, "x", x);
   invalidate_claims(col);
-  do_im2col(s, x, col);
+  Staging stage(*this, OpFamily::conv2d);
+  do_im2col(conv_compute_shape(s), stage.in(x), stage.out(col));
+  stage.finish();
 }
 
 void Device::col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
   OpCheck check(*this, "col2im");
   check_conv(check, s);
-  check.tensor("col", col, s.patch_size() * s.out_height() * s.out_width());
-  check.tensor("dx", dx, s.in_channels * s.height * s.width);
+  check.same_float("col", col, s.patch_size() * s.out_height() * s.out_width(), s.dtype);
+  check.same_float("dx", dx, s.in_channels * s.height * s.width, s.dtype);
   check.disjoint("dx", dx, "col", col);
   invalidate_claims(dx);
-  do_col2im(s, col, dx);
+  Staging stage(*this, OpFamily::conv2d);
+  do_col2im(conv_compute_shape(s), stage.in(col), stage.out(dx));
+  stage.finish();
 }
 
 // ---- pooling -----------------------------------------------------------------------------------
@@ -434,50 +600,62 @@ void Device::maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tens
   check.require(s.height * s.width <= INT32_MAX,
                 "a plane of " + std::to_string(s.height * s.width) +
                     " pixels does not fit the i32 argmax");
-  check.tensor("x", x, s.input_numel());
-  check.tensor("y", y, s.output_numel());
+  check.floating("x", x, s.input_numel());
+  check.same_float("y", y, s.output_numel(), x.dtype());
   check.tensor("argmax", argmax, s.output_numel(), DType::i32);
   check.disjoint("y", y, "x", x);
   check.disjoint("argmax", argmax, "x", x);
   check.disjoint("argmax", argmax, "y", y);
   invalidate_claims(y);
   invalidate_claims(argmax);
-  if (s.output_numel() > 0) do_maxpool2d_forward(s, x, y, argmax);
+  if (s.output_numel() == 0) return;
+  Staging stage(*this, OpFamily::pool);
+  do_maxpool2d_forward(s, stage.in(x), stage.out(y), argmax);
+  stage.finish();
 }
 
 void Device::maxpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
                                 const Tensor& dx) {
   OpCheck check(*this, "maxpool2d_backward");
   check_pool(check, s);
-  check.tensor("dy", dy, s.output_numel());
+  check.floating("dy", dy, s.output_numel());
   check.tensor("argmax", argmax, s.output_numel(), DType::i32);
-  check.tensor("dx", dx, s.input_numel());
+  check.same_float("dx", dx, s.input_numel(), dy.dtype());
   check.disjoint("dx", dx, "dy", dy);
   check.disjoint("dx", dx, "argmax", argmax);
   invalidate_claims(dx);
-  if (s.input_numel() > 0) do_maxpool2d_backward(s, dy, argmax, dx);
+  if (s.input_numel() == 0) return;
+  Staging stage(*this, OpFamily::pool);
+  do_maxpool2d_backward(s, stage.in(dy), argmax, stage.out(dx));
+  stage.finish();
 }
 
 void Device::avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
   OpCheck check(*this, "avgpool2d_forward");
   check_pool(check, s);
   check.require(!s.relu, "relu is fused into max pooling only");
-  check.tensor("x", x, s.input_numel());
-  check.tensor("y", y, s.output_numel());
+  check.floating("x", x, s.input_numel());
+  check.same_float("y", y, s.output_numel(), x.dtype());
   check.disjoint("y", y, "x", x);
   invalidate_claims(y);
-  if (s.output_numel() > 0) do_avgpool2d_forward(s, x, y);
+  if (s.output_numel() == 0) return;
+  Staging stage(*this, OpFamily::pool);
+  do_avgpool2d_forward(s, stage.in(x), stage.out(y));
+  stage.finish();
 }
 
 void Device::avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
   OpCheck check(*this, "avgpool2d_backward");
   check_pool(check, s);
   check.require(!s.relu, "relu is fused into max pooling only");
-  check.tensor("dy", dy, s.output_numel());
-  check.tensor("dx", dx, s.input_numel());
+  check.floating("dy", dy, s.output_numel());
+  check.same_float("dx", dx, s.input_numel(), dy.dtype());
   check.disjoint("dx", dx, "dy", dy);
   invalidate_claims(dx);
-  if (s.input_numel() > 0) do_avgpool2d_backward(s, dy, dx);
+  if (s.input_numel() == 0) return;
+  Staging stage(*this, OpFamily::pool);
+  do_avgpool2d_backward(s, stage.in(dy), stage.out(dx));
+  stage.finish();
 }
 
 // ---- normalisation -----------------------------------------------------------------------------
@@ -490,8 +668,8 @@ void Device::batchnorm_forward(const BatchNormShape& s, bool training, const Ten
   OpCheck check(*this, "batchnorm_forward");
   check_batchnorm(check, s);
   const int64_t c = s.channels;
-  check.tensor("x", x, s.numel());
-  check.tensor("y", y, s.numel());
+  check.floating("x", x, s.numel());
+  check.same_float("y", y, s.numel(), x.dtype());
   check.optional("gamma", gamma, c);
   check.optional("beta", beta, c);
   check.tensor("running_mean", running_mean, c);
@@ -517,8 +695,10 @@ void Device::batchnorm_forward(const BatchNormShape& s, bool training, const Ten
     invalidate_claims(save_invstd);
   }
   if (s.numel() == 0) return;
-  do_batchnorm_forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean,
-                       save_invstd);
+  Staging stage(*this, OpFamily::batchnorm);
+  do_batchnorm_forward(s, training, stage.in(x), gamma, beta, running_mean, running_var,
+                       stage.out(y), save_mean, save_invstd);
+  stage.finish();
 }
 
 void Device::batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
@@ -528,9 +708,9 @@ void Device::batchnorm_backward(const BatchNormShape& s, const Tensor& x, const 
   OpCheck check(*this, "batchnorm_backward");
   check_batchnorm(check, s);
   const int64_t c = s.channels;
-  check.tensor("x", x, s.numel());
-  check.tensor("dy", dy, s.numel());
-  check.tensor("dx", dx, s.numel());
+  check.floating("x", x, s.numel());
+  check.same_float("dy", dy, s.numel(), x.dtype());
+  check.same_float("dx", dx, s.numel(), x.dtype());
   check.optional("gamma", gamma, c);
   check.tensor("save_mean", save_mean, c);
   check.tensor("save_invstd", save_invstd, c);
@@ -548,7 +728,10 @@ void Device::batchnorm_backward(const BatchNormShape& s, const Tensor& x, const 
   invalidate_claims(dx);
   invalidate_claims(dgamma);
   invalidate_claims(dbeta);
-  do_batchnorm_backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  Staging stage(*this, OpFamily::batchnorm);
+  do_batchnorm_backward(s, stage.in(x), stage.in(dy), gamma, save_mean, save_invstd,
+                        stage.out(dx), dgamma, dbeta);
+  stage.finish();
 }
 
 // ---- losses and the classification head --------------------------------------------------------
@@ -557,22 +740,29 @@ void Device::log_softmax_forward(const Tensor& x, const Tensor& y) {
   OpCheck check(*this, "log_softmax_forward");
   int64_t rows = 0, cols = 0;
   head_shape(check, "x", x, rows, cols);
-  check.tensor("y", y, rows * cols);
+  check.floating("y", y, rows * cols);
   check.disjoint("y", y, "x", x);
   invalidate_claims(y);
-  if (rows > 0) do_log_softmax_forward(x, y.reshape({rows, cols}));
+  if (rows == 0) return;
+  Staging stage(*this, OpFamily::head);
+  do_log_softmax_forward(stage.in(x), stage.out(y.reshape({rows, cols})));
+  stage.finish();
 }
 
 void Device::log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   OpCheck check(*this, "log_softmax_backward");
   int64_t rows = 0, cols = 0;
   head_shape(check, "y", y, rows, cols);
-  check.tensor("dy", dy, rows * cols);
-  check.tensor("dx", dx, rows * cols);
+  check.floating("dy", dy, rows * cols);
+  check.floating("dx", dx, rows * cols);
   check.disjoint("dx", dx, "y", y);
   check.disjoint("dx", dx, "dy", dy, true);
   invalidate_claims(dx);
-  if (rows > 0) do_log_softmax_backward(y, dy.reshape({rows, cols}), dx.reshape({rows, cols}));
+  if (rows == 0) return;
+  Staging stage(*this, OpFamily::head);
+  do_log_softmax_backward(stage.in(y), stage.in(dy.reshape({rows, cols})),
+                          stage.out(dx.reshape({rows, cols})));
+  stage.finish();
 }
 
 void Device::nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,
@@ -585,7 +775,8 @@ void Device::nll_loss_forward(const Tensor& logp, const Tensor& labels, const Te
   check_smoothing(check, label_smoothing);
   check.disjoint("loss", loss, "logp", logp);
   invalidate_claims(loss);
-  do_nll_loss_forward(logp, labels, loss, accumulate, label_smoothing);
+  Staging stage(*this, OpFamily::head);
+  do_nll_loss_forward(stage.in(logp), labels, loss, accumulate, label_smoothing);
 }
 
 void Device::nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float scale,
@@ -597,7 +788,10 @@ void Device::nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float 
   check_smoothing(check, label_smoothing);
   check.disjoint("dlogp", dlogp, "labels", labels);
   invalidate_claims(dlogp);
-  if (rows > 0) do_nll_loss_backward(labels, dlogp, scale, label_smoothing);
+  if (rows == 0) return;
+  Staging stage(*this, OpFamily::head);
+  do_nll_loss_backward(labels, stage.out(dlogp), scale, label_smoothing);
+  stage.finish();
 }
 
 void Device::log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
@@ -607,9 +801,9 @@ void Device::log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_s
   int64_t rows = 0, cols = 0;
   head_shape(check, "x", x, rows, cols);
   check.tensor("labels", labels, rows, DType::i32);
-  check.tensor("y", y, rows * cols);
+  check.floating("y", y, rows * cols);
   check.tensor("loss", loss, 1);
-  check.tensor("dx", dx, rows * cols);
+  check.floating("dx", dx, rows * cols);
   check_smoothing(check, label_smoothing);
   check.disjoint("y", y, "x", x);
   check.disjoint("dx", dx, "x", x);
@@ -620,8 +814,11 @@ void Device::log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_s
   invalidate_claims(y);
   invalidate_claims(loss);
   invalidate_claims(dx);
-  do_log_softmax_nll(x, labels, grad_scale, label_smoothing, y.reshape({rows, cols}), loss,
-                     accumulate, dx.reshape({rows, cols}));
+  Staging stage(*this, OpFamily::head);
+  do_log_softmax_nll(stage.in(x), labels, grad_scale, label_smoothing,
+                     stage.out(y.reshape({rows, cols})), loss, accumulate,
+                     stage.out(dx.reshape({rows, cols})));
+  stage.finish();
 }
 
 void Device::mse_loss(const Tensor& x, const Tensor& labels, float grad_scale,
@@ -631,14 +828,16 @@ void Device::mse_loss(const Tensor& x, const Tensor& labels, float grad_scale,
   head_shape(check, "x", x, rows, cols);
   check.tensor("labels", labels, rows, DType::i32);
   check.tensor("loss", loss, 1);
-  check.optional("dx", dx, rows * cols);
+  check.optional_floating("dx", dx, rows * cols);
   check.disjoint("dx", dx, "x", x);
   check.disjoint("loss", loss, "x", x);
   check.disjoint("loss", loss, "dx", dx);
   invalidate_claims(loss);
   invalidate_claims(dx);
-  do_mse_loss(x, labels, grad_scale, loss, accumulate,
-              dx.defined() ? dx.reshape({rows, cols}) : dx);
+  Staging stage(*this, OpFamily::head);
+  do_mse_loss(stage.in(x), labels, grad_scale, loss, accumulate,
+              stage.out(dx.defined() ? dx.reshape({rows, cols}) : dx));
+  stage.finish();
 }
 
 void Device::count_correct(const Tensor& scores, const Tensor& labels, const Tensor& correct) {
@@ -649,7 +848,9 @@ void Device::count_correct(const Tensor& scores, const Tensor& labels, const Ten
   check.tensor("correct", correct, 1);
   check.disjoint("correct", correct, "scores", scores);
   invalidate_claims(correct);
-  if (rows > 0) do_count_correct(scores, labels, correct);
+  if (rows == 0) return;
+  Staging stage(*this, OpFamily::head);
+  do_count_correct(stage.in(scores), labels, correct);
 }
 
 // ---- data --------------------------------------------------------------------------------------
@@ -690,8 +891,7 @@ void Device::gather_samples(const Tensor& src, const Tensor& table, const Tensor
                 std::string("src must be U8 or F32, got ") + dtype_name(src.dtype()));
   check.require(src.shape().size() == 4, "src must be [count, C, H, W], got " +
                                              shape_string(src.shape()));
-  check.here("dst", dst);
-  check.dtype("dst", dst, DType::f32);
+  check.floating("dst", dst, -1);
   check.require(dst.shape().size() == 4 && dst.dim(1) == src.dim(1) && dst.dim(2) == src.dim(2) &&
                     dst.dim(3) == src.dim(3),
                 "dst " + shape_string(dst.shape()) + " must be [rows] + the samples' shape " +
@@ -710,7 +910,9 @@ void Device::gather_samples(const Tensor& src, const Tensor& table, const Tensor
   invalidate_claims(dst);
   if (dst.dim(0) == 0) return;
   error_flag();
-  do_gather_samples(src, table, step_state, t, dst);
+  Staging stage(*this, OpFamily::gather);
+  do_gather_samples(src, table, step_state, t, stage.out(dst));
+  stage.finish();
 }
 
 void Device::advance_step(const Tensor& step_state) {
@@ -766,6 +968,19 @@ void Device::adam_update(const Tensor& params, const Tensor& grads, const Tensor
   invalidate_claims(m);
   invalidate_claims(v);
   if (n > 0) do_adam_update(params, grads, m, v, hp, control, step_state);
+}
+
+void Device::update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                               const LossScaleParams& params) {
+  OpCheck check(*this, "update_loss_scale");
+  check.tensor("state", state, 2);
+  check.tensor("grad_sumsq", grad_sumsq, 1);
+  check.disjoint("state", state, "grad_sumsq", grad_sumsq);
+  check.require(params.growth >= 1.0f && std::isfinite(params.growth), "growth must be >= 1");
+  check.require(params.backoff > 0.0f && params.backoff < 1.0f, "backoff must be in (0, 1)");
+  check.positive("interval", params.interval);
+  invalidate_claims(state);
+  do_update_loss_scale(state, grad_sumsq, params);
 }
 
 }  // namespace trident

@@ -49,14 +49,21 @@ struct GemmArgs {
   BiasKind bias_kind = BiasKind::none;
   UnaryOp activation = UnaryOp::identity;
   float activation_alpha = 0.0f;
+  // float32 A and B may be multiplied with TF32 tensor cores (10-bit mantissa products, float32
+  // accumulation) where the backend has them (--precision tf32); elsewhere ignored.
+  bool allow_tf32 = false;
   bool has_epilogue() const { return bias.defined() || activation != UnaryOp::identity; }
 };
 
 // NCHW convolution with zero padding; weights [out_c, in_c, kernel_h, kernel_w], bias [out_c].
+// dtype: the type of x, w, y, dx and dy (a backend sizes its workspace for it); dw and db are
+// always float32 (they land in the float32 gradient buffer).
 struct Conv2dShape {
   int64_t batch = 0, in_channels = 0, height = 0, width = 0;
   int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  DType dtype = DType::f32;
+  bool allow_tf32 = false;  // as GemmArgs::allow_tf32, for a float32 convolution
   int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
   int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
   int64_t patch_size() const { return in_channels * kernel_h * kernel_w; }  // im2col rows
@@ -115,11 +122,25 @@ struct AdamParams {
 //   hp.momentum / hp.beta1.
 // - grad_sumsq (f32 [1], optional): the squared norm of the gradient buffer as it is (before
 //   grad_scale); the update then scales the gradient by min(1, max_norm / (norm + 1e-6)) with
-//   norm = grad_scale * sqrt(grad_sumsq), as torch.nn.utils.clip_grad_norm_ does.
+//   norm = grad_scale * sqrt(grad_sumsq), as torch.nn.utils.clip_grad_norm_ does (max_norm 0:
+//   no clipping, the sum is only read for the non-finite check below).
+// - loss_scale (f32 [1], optional): the gradients hold loss_scale times the true ones (fp16
+//   loss scaling): they are divided by it, and when grad_sumsq is not finite (an overflow) the
+//   update is skipped: parameters and optimizer state stay as they are (the step counters still
+//   advance). update_loss_scale() then adjusts the scale.
 struct UpdateControl {
   Tensor schedule;
   Tensor grad_sumsq;
   float max_norm = 0.0f;
+  Tensor loss_scale;
+};
+
+// Dynamic loss scaling (PyTorch's GradScaler): state f32 [2] = {scale, clean steps}. After each
+// step: a non-finite grad_sumsq halves the scale (backoff) and resets the count; otherwise the
+// count grows, and after `interval` clean steps the scale doubles (growth).
+struct LossScaleParams {
+  float growth = 2.0f, backoff = 0.5f;
+  int64_t interval = 2000;
 };
 
 // Per-step scalars kept on the device, so that a captured step replays with fresh values: a

@@ -1,6 +1,8 @@
 // Tensor storage is a block of the device's caching pool, returned to it when the last view goes.
 #include "core/tensor.h"
 
+#include "core/half.h"
+
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -53,6 +55,22 @@ Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<f
     throw ShapeError("from_host: " + std::to_string(values.size()) + " values for shape " +
                      shape_string(shape));
   t.copy_from_host(values.data(), t.bytes());
+  return t;
+}
+
+Tensor Tensor::from_host(Device& device, const Shape& shape, const std::vector<float>& values,
+                         DType dtype) {
+  if (dtype == DType::f32) return from_host(device, shape, values);
+  if (!is_half(dtype))
+    throw ShapeError(std::string("from_host: float values cannot make a ") + dtype_name(dtype) +
+                     " tensor");
+  Tensor t = empty(device, shape, dtype);
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw ShapeError("from_host: " + std::to_string(values.size()) + " values for shape " +
+                     shape_string(shape));
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half_bits(dtype, values[i]);
+  t.copy_from_host(bits.data(), t.bytes());
   return t;
 }
 
@@ -141,8 +159,16 @@ void Tensor::to_host(void* host, size_t size) const {
 }
 
 std::vector<float> Tensor::to_host() const {
-  if (dtype_ != DType::f32) throw ShapeError("to_host(): tensor is not float32");
   std::vector<float> out(static_cast<size_t>(numel()));
+  if (is_half(dtype_)) {
+    std::vector<uint16_t> bits(out.size());
+    to_host(bits.data(), bytes());
+    for (size_t i = 0; i < bits.size(); ++i) out[i] = half_bits_to_float(dtype_, bits[i]);
+    return out;
+  }
+  if (dtype_ != DType::f32)
+    throw ShapeError(std::string("to_host(): tensor is ") + dtype_name(dtype_) +
+                     ", not a float type (use to_host_i32() or the byte copy)");
   to_host(out.data(), bytes());
   return out;
 }

@@ -24,6 +24,9 @@ class Tensor {
   static Tensor empty(Device& device, const Shape& shape, DType dtype = DType::f32);
   static Tensor zeros(Device& device, const Shape& shape, DType dtype = DType::f32);
   static Tensor from_host(Device& device, const Shape& shape, const std::vector<float>& values);
+  // The values rounded on the host to dtype (f32, f16 or bf16; round to nearest even).
+  static Tensor from_host(Device& device, const Shape& shape, const std::vector<float>& values,
+                          DType dtype);
   static Tensor from_host(Device& device, const Shape& shape, const std::vector<int32_t>& values);
   static Tensor from_host(Device& device, const Shape& shape, const std::vector<uint8_t>& values);
 
@@ -48,7 +51,7 @@ class Tensor {
 
   void copy_from_host(const void* host, size_t bytes) const;
   void copy_from(const Tensor& other) const;  // same device, same byte size
-  std::vector<float> to_host() const;  // f32 only; waits for queued work
+  std::vector<float> to_host() const;  // f32, f16, bf16 (widened on the host); waits for queued work
   std::vector<int32_t> to_host_i32() const;
   void to_host(void* host, size_t bytes) const;
 

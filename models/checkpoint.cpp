@@ -5,7 +5,9 @@
 // - the optimizer state as "optimizer.<state>" flat tensors over the parameter buffer (PyTorch
 //   reports them as unexpected keys and, with strict=False, ignores them);
 // - the settings and counters as metadata ("format", "model", "optimizer", "seed", "epoch",
-//   "global_step", "batch", "sample_shape", "devices", "loss").
+//   "global_step", "batch", "sample_shape", "devices", "loss", "precision");
+// - fp16 runs: the loss scaler as "optimizer.grad_scaler" (f32 [2]: scale, clean steps).
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -20,6 +22,9 @@ namespace {
 
 constexpr const char* kFormat = "trident-checkpoint-2";
 constexpr const char* kOptimizerPrefix = "optimizer.";
+// fp16 runs: GradScaler's state, f32 [2] = {scale, clean steps}. A run in another precision
+// ignores it; an fp16 run resumed from a checkpoint without it starts from the initial scale.
+constexpr const char* kGradScaler = "optimizer.grad_scaler";
 // Largest epoch or step count read from a file: far beyond any real run, and small enough
 // that the trainer's increments cannot overflow int64.
 constexpr int64_t kMaxCounter = int64_t{1} << 53;
@@ -73,10 +78,13 @@ void Trainer::save_checkpoint(const std::string& path) const {
                    {"global_step", std::to_string(global_step_)},
                    {"batch", std::to_string(options_.batch)},
                    {"sample_shape", shape_string(r.net.sample_shape())},
+                   {"precision", precision_name(precision_)},
                    {"devices", device_names()}};
-  file.tensors = network_state_dict(r.net);
+  file.tensors = network_state_dict(r.net);  // float32 master weights, whatever the precision
   for (const auto& [name, state] : r.optimizer->state())
     file.tensors.push_back(host_copy(kOptimizerPrefix + name, state));
+  if (r.optimizer->loss_scale_state().defined())
+    file.tensors.push_back(host_copy(kGradScaler, r.optimizer->loss_scale_state()));
   save_safetensors(path, file);
 }
 
@@ -107,8 +115,25 @@ void Trainer::load_checkpoint(const std::string& path) {
 
   // The optimizer tensors must all be there with the right shapes; checked before any write.
   std::map<std::string, const HostTensor*> optimizer_state;
-  for (const HostTensor& t : file.tensors)
-    if (t.name.rfind(kOptimizerPrefix, 0) == 0) optimizer_state[t.name] = &t;
+  const HostTensor* grad_scaler = nullptr;
+  for (const HostTensor& t : file.tensors) {
+    if (t.name == kGradScaler)
+      grad_scaler = &t;
+    else if (t.name.rfind(kOptimizerPrefix, 0) == 0)
+      optimizer_state[t.name] = &t;
+  }
+  if (grad_scaler) {
+    float state[2] = {0.0f, 0.0f};
+    if (grad_scaler->dtype != DType::f32 || grad_scaler->shape != Shape{2})
+      throw FormatError(path + ": tensor '" + kGradScaler + "' must be F32 [2], got " +
+                        dtype_name(grad_scaler->dtype) + " " + shape_string(grad_scaler->shape));
+    std::memcpy(state, grad_scaler->bytes.data(), sizeof state);
+    if (!(state[0] > 0.0f) || !std::isfinite(state[0]) || !(state[1] >= 0.0f) ||
+        !std::isfinite(state[1]))
+      throw FormatError(path + ": tensor '" + kGradScaler + "' holds scale " +
+                        std::to_string(state[0]) + " and count " + std::to_string(state[1]) +
+                        "; a loss scale is positive and finite");
+  }
   for (const auto& [name, state] : replicas_.front()->optimizer->state()) {
     auto it = optimizer_state.find(kOptimizerPrefix + name);
     if (it == optimizer_state.end())
@@ -130,6 +155,9 @@ void Trainer::load_checkpoint(const std::string& path) {
     for (const auto& [name, state] : r->optimizer->state())
       for (const HostTensor& t : file.tensors)
         if (t.name == kOptimizerPrefix + name) state.copy_from_host(t.bytes.data(), t.bytes.size());
+    if (grad_scaler && r->optimizer->loss_scale_state().defined())
+      r->optimizer->loss_scale_state().copy_from_host(grad_scaler->bytes.data(),
+                                                      grad_scaler->bytes.size());
     r->captured.reset();  // buffers are the same, but replay after a load is re-recorded anyway
     r->capture_tried = false;
   }

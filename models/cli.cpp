@@ -89,6 +89,7 @@ TrainOptions train_options(const CliArgs& a, const CliTrainSettings& s, const Mo
     o.augment.horizontal_flip = !s.no_flip;
   }
   o.seed = s.seed;
+  if (!s.precision.empty()) o.precision = parse_precision(s.precision);
   o.capture = s.capture;
   o.average_every = s.average_every;
   // Read here, as the Trainer would, so that the processes of a job compare what they use.
@@ -144,14 +145,15 @@ JobSettings job_settings(const std::string& model, const TrainOptions& o, const 
   char optimizer[400];  // %a: every bit of the floats
   std::snprintf(optimizer, sizeof(optimizer),
                 "%s lr %a momentum %a nesterov %d weight decay %a clip %a schedule %s max %a "
-                "min %a gamma %a warmup %lld step %lld loss %s smoothing %a crop %lld flip %d",
+                "min %a gamma %a warmup %lld step %lld loss %s smoothing %a crop %lld flip %d "
+                "precision %s",
                 o.optimizer.kind.c_str(), o.optimizer.lr, o.optimizer.momentum,
                 int(o.optimizer.nesterov), o.optimizer.weight_decay, o.optimizer.clip_grad_norm,
                 o.schedule.kind.c_str(), o.schedule.max_lr, o.schedule.min_lr, o.schedule.gamma,
                 static_cast<long long>(o.schedule.warmup_steps),
                 static_cast<long long>(o.schedule.step_epochs), o.loss.c_str(),
                 o.label_smoothing, static_cast<long long>(o.augment.crop_padding),
-                int(o.augment.horizontal_flip));
+                int(o.augment.horizontal_flip), precision_name(trainer.precision()));
   s.optimizer = settings_hash(optimizer);
   return s;
 }
@@ -245,7 +247,7 @@ int train_with(const CliArgs& a, const CliTrainSettings& settings, const Process
         << " from " << data.source << ", batch " << options.batch << ", "
         << options.optimizer.kind << " lr " << options.optimizer.lr;
     if (options.schedule.kind != "none") err << " (" << options.schedule.kind << " schedule)";
-    err << ", " << loss_name(trainer.loss().kind) << " loss";
+    err << ", " << loss_name(trainer.loss().kind) << " loss, " << precision_name(trainer.precision());
     if (options.augment.enabled()) err << ", augmented";
     if (devices.size() > 1 || group.size > 1)
       err << ", " << trainer.sync_description() << " through " << trainer.collective_name();

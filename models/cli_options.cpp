@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "models/precision.h"
 
 namespace trident {
 
@@ -40,6 +41,9 @@ train options (a model's recipe gives the defaults of the training options; see 
   --label-smoothing X       cross-entropy label smoothing in [0, 1)
   --augment                 random crop (zero padding, --crop-padding N, default 2) and
                             horizontal flip (--no-flip: crop only) of training images, on the device
+  --precision fp32|tf32|bf16|fp16  activations and GEMM/convolution inputs in this type, with
+                            float32 master weights (TRIDENT_PRECISION, else fp32; fp16 with
+                            dynamic loss scaling)
   --seed N                  seed of initial weights, shuffling, dropout and augmentation (1)
   --data DIR|FILE.npz       MNIST-format directory or NumPy .npz with x_train, y_train, x_test,
                             y_test (TRIDENT_DATA or /usr/share/datasets/fashion-mnist)
@@ -74,7 +78,7 @@ const std::map<std::string, bool>& known_options() {
       {"--test-limit", true},  {"--json", false},       {"--help", false},
       {"--allow-nonfinite", false}, {"--schedule", true},  {"--max-lr", true},
       {"--warmup-steps", true}, {"--step-epochs", true},  {"--gamma", true},
-      {"--min-lr", true},      {"--loss", true},        {"--label-smoothing", true},
+      {"--min-lr", true},      {"--loss", true},        {"--label-smoothing", true}, {"--precision", true},
       {"--clip-grad", true},   {"--augment", false},    {"--crop-padding", true},
       {"--no-flip", false},    {"--nesterov", false},   {"--no-nesterov", false},
       {"--split", true}};
@@ -203,6 +207,13 @@ CliTrainSettings train_settings(const CliArgs& a) {
   s.step_epochs = a.get_int("--step-epochs", s.step_epochs, 1);
   s.loss = a.get("--loss", s.loss);
   s.label_smoothing = a.get_float("--label-smoothing", s.label_smoothing, 0.0f);
+  if (a.has("--precision")) {
+    try {
+      s.precision = precision_name(parse_precision(a.get("--precision", "")));
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--precision: ") + e.what());
+    }
+  }
   if (s.label_smoothing >= 1.0f)
     throw UsageError("--label-smoothing '" + a.get("--label-smoothing", "") + "' must be below 1");
   s.clip_grad = a.get_float("--clip-grad", s.clip_grad, 0.0f);

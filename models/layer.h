@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "models/precision.h"
 
 namespace trident {
 
@@ -36,6 +37,10 @@ struct ParamSpec {
   std::string name;
   Shape shape;
   ParamInit init;
+  // A GEMM or convolution operand (a weight matrix or kernel): under bf16 / fp16 the layer reads
+  // a copy in the compute type, refreshed from the float32 master before each forward. Biases
+  // and normalisation parameters stay float32.
+  bool compute_copy = false;
 };
 
 // Per-batch-shape scratch a layer needs (argmax indices, the convolution workspace ...).
@@ -74,7 +79,15 @@ class Layer {
     params_ = params;
     grads_ = grads;
     buffers_ = buffers;
+    compute_params_ = params;
   }
+  // The tensors the layer computes with, in spec order: the compute-type copy of each
+  // compute_copy parameter under bf16 / fp16, the float32 parameter otherwise.
+  void bind_compute(const std::vector<Tensor>& compute_params) { compute_params_ = compute_params; }
+  // The activation type and TF32 permission (models/precision.h); set before setup() by the
+  // network, passed down by containers. Activations, input and output gradients are this type.
+  virtual void set_compute(const ComputeSpec& spec) { compute_ = spec; }
+  const ComputeSpec& compute() const { return compute_; }
   virtual std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const {
     return {};
   }
@@ -102,7 +115,8 @@ class Layer {
  protected:
   std::string name_;
   uint32_t index_ = 0;
-  std::vector<Tensor> params_, grads_, buffers_;
+  ComputeSpec compute_;
+  std::vector<Tensor> params_, grads_, buffers_, compute_params_;
 };
 
 }  // namespace trident

@@ -61,7 +61,7 @@ Shape Linear::output_shape(const Shape& input) const {
 
 std::vector<ParamSpec> Linear::parameter_specs() const {
   const ParamInit init = ParamInit::uniform(fan_in_bound(in_));
-  std::vector<ParamSpec> specs{{"weight", {out_, in_}, init}};
+  std::vector<ParamSpec> specs{{"weight", {out_, in_}, init, /*compute_copy=*/true}};
   if (bias_) specs.push_back({"bias", {out_}, init});
   return specs;
 }
@@ -72,8 +72,9 @@ void Linear::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
   g.trans_b = true;
   g.m = x.dim(0); g.n = out_; g.k = in_;
   g.a = x;
-  g.b = params_[0];
+  g.b = compute_params_[0];
   g.c = y;
+  g.allow_tf32 = compute_.tf32;
   if (bias_) {
     g.bias = params_[1];
     g.bias_kind = BiasKind::per_column;
@@ -96,7 +97,8 @@ void Linear::backward_parameters(const StepContext& ctx, const Tensor& x, const 
   dw.m = out_; dw.n = in_; dw.k = batch;
   dw.a = dy;
   dw.b = x;
-  dw.c = grads_[0];
+  dw.c = grads_[0];  // float32 from 16-bit dy and x: the GEMM accumulates in float32
+  dw.allow_tf32 = compute_.tf32;
   ctx.device->gemm(dw);
   if (bias_) ctx.device->sum_rows(dy, batch, out_, grads_[1], 0.0f);
 }
@@ -106,8 +108,9 @@ void Linear::backward_input(const StepContext& ctx, const Tensor& dy, const Tens
   GemmArgs gx;  // dx[B, in] = dy[B, out] W[out, in]
   gx.m = dy.dim(0); gx.n = in_; gx.k = out_;
   gx.a = dy;
-  gx.b = params_[0];
+  gx.b = compute_params_[0];
   gx.c = dx;
+  gx.allow_tf32 = compute_.tf32;
   ctx.device->gemm(gx);
 }
 
@@ -175,6 +178,8 @@ Conv2dShape Conv2d::shape_for(const Shape& input) const {
   s.batch = input[0]; s.in_channels = in_c_; s.height = input[2]; s.width = input[3];
   s.out_channels = out_c_; s.kernel_h = kh_; s.kernel_w = kw_;
   s.stride_h = sh_; s.stride_w = sw_; s.pad_h = ph_; s.pad_w = pw_;
+  s.dtype = compute_.dtype;
+  s.allow_tf32 = compute_.tf32;
   if (s.height + 2 * ph_ < kh_ || s.width + 2 * pw_ < kw_)
     fail(*this, "the " + std::to_string(kh_) + "x" + std::to_string(kw_) +
                     " kernel is larger than the padded input " + shape_string(input));
@@ -188,7 +193,7 @@ Shape Conv2d::output_shape(const Shape& input) const {
 
 std::vector<ParamSpec> Conv2d::parameter_specs() const {
   const ParamInit init = ParamInit::uniform(fan_in_bound(in_c_ * kh_ * kw_));
-  std::vector<ParamSpec> specs{{"weight", {out_c_, in_c_, kh_, kw_}, init}};
+  std::vector<ParamSpec> specs{{"weight", {out_c_, in_c_, kh_, kw_}, init, /*compute_copy=*/true}};
   if (bias_) specs.push_back({"bias", {out_c_}, init});
   return specs;
 }
@@ -202,14 +207,14 @@ std::vector<ScratchSpec> Conv2d::scratch_specs(const Device& device, const Shape
 
 void Conv2d::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                      const std::vector<Tensor>& scratch) {
-  ctx.device->conv2d_forward(shape_for(x.shape()), x, params_[0],
+  ctx.device->conv2d_forward(shape_for(x.shape()), x, compute_params_[0],
                              bias_ ? params_[1] : Tensor(), y,
                              scratch.empty() ? Tensor() : scratch[0]);
 }
 
 void Conv2d::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,
                       const Tensor& dx, const std::vector<Tensor>& scratch) {
-  ctx.device->conv2d_backward(shape_for(x.shape()), x, params_[0], dy, dx, grads_[0],
+  ctx.device->conv2d_backward(shape_for(x.shape()), x, compute_params_[0], dy, dx, grads_[0],
                               bias_ ? grads_[1] : Tensor(),
                               scratch.empty() ? Tensor() : scratch[0]);
 }

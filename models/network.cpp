@@ -68,8 +68,16 @@ Device& Network::device() const {
   return *device_;
 }
 
-void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
+void Network::build(Device& device, const Shape& sample_shape, uint64_t seed,
+                    Precision precision) {
   if (root_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
+  const DType dtype = trident::compute_dtype(precision);
+  if (!device.supports(dtype))
+    throw UsageError(device.info().id() + " (" + device.info().backend + ") cannot run precision " +
+                     precision_name(precision) + ": it holds no " + dtype_name(dtype) +
+                     " tensors; use fp32 or tf32 there");
+  precision_ = precision;
+  root_.set_compute(compute_spec(precision));
   Shape batch1{1};
   batch1.insert(batch1.end(), sample_shape.begin(), sample_shape.end());
   Shape out;
@@ -122,20 +130,28 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
   buffers_ = buffer_count > 0 ? Tensor::from_host(device, {buffer_count},
                                                   initial_values(named_buffers_, buffer_count, 0))
                               : Tensor();
+  compute_params_ =
+      dtype == DType::f32 ? Tensor() : Tensor::empty(device, {parameter_count_}, dtype);
   size_t next_param = 0, next_buffer = 0;
   walk(root_, "", [&](Layer& layer, const std::string&) {
-    std::vector<Tensor> p, g, b;
-    for (size_t k = 0; k < layer.parameter_specs().size(); ++k, ++next_param) {
-      p.push_back(params_.view(named_[next_param].offset, named_[next_param].shape));
-      g.push_back(grads_.view(named_[next_param].offset, named_[next_param].shape));
+    std::vector<Tensor> p, g, b, c;
+    for (const ParamSpec& spec : layer.parameter_specs()) {
+      const NamedParameter& np = named_[next_param++];
+      p.push_back(params_.view(np.offset, np.shape));
+      g.push_back(grads_.view(np.offset, np.shape));
+      c.push_back(spec.compute_copy && compute_params_.defined()
+                      ? compute_params_.view(np.offset, np.shape)
+                      : p.back());
     }
     for (size_t k = 0; k < layer.buffer_specs().size(); ++k, ++next_buffer)
       b.push_back(buffers_.view(named_buffers_[next_buffer].offset,
                                 named_buffers_[next_buffer].shape));
     layer.bind(p, g, b);
+    layer.bind_compute(c);
   });
   inputs_.clear();
   log_probs_.clear();
+  head_gradients_.clear();
   have_forward_ = false;
   batches_tracked_ = 0;
 }
@@ -145,7 +161,7 @@ const Tensor& Network::input_buffer(int64_t batch) {
   if (found != inputs_.end()) return found->second;
   Shape shape{batch};
   shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
-  return inputs_[batch] = Tensor::empty(device(), shape);
+  return inputs_[batch] = Tensor::empty(device(), shape, compute_dtype());
 }
 
 const Tensor& Network::forward(const StepContext& ctx, const Tensor& input) {
@@ -159,6 +175,12 @@ const Tensor& Network::run(const StepContext& ctx, const Tensor& input, size_t c
   if (input.shape() != want)
     throw ShapeError("model '" + model_name_ + "' expects input " + shape_string(want) +
                      ", got " + shape_string(input.shape()));
+  if (input.dtype() != compute_dtype())
+    throw ShapeError("model '" + model_name_ + "' runs in " + precision_name(precision_) +
+                     " and expects " + dtype_name(compute_dtype()) + " input, got " +
+                     dtype_name(input.dtype()) + " (input_buffer() has the right type)");
+  // The compute-type weights follow the float32 masters the optimizer (or a load) changed.
+  if (compute_params_.defined()) ctx.device->convert(params_, compute_params_);
   last_input_ = input;
   head_fused_ = false;
   have_forward_ = true;
@@ -189,9 +211,17 @@ const Tensor& Network::log_probs(int64_t batch) {
   return log_probs_[batch] = Tensor::empty(device(), shape);
 }
 
+const Tensor& Network::head_gradient(int64_t batch) {
+  auto found = head_gradients_.find(batch);
+  if (found != head_gradients_.end()) return found->second;
+  Shape shape{batch};
+  shape.insert(shape.end(), output_shape_.begin(), output_shape_.end());
+  return head_gradients_[batch] = Tensor::empty(device(), shape);
+}
+
 const Tensor& Network::forward_loss(const StepContext& ctx, const Tensor& input,
                                     const Tensor& labels, const LossSpec& spec, const Tensor& loss,
-                                    bool accumulate, float scale) {
+                                    bool accumulate, float scale, const Tensor& loss_scale) {
   const int64_t batch = input.shape().empty() ? 0 : input.dim(0);
   if (labels.shape() != Shape{batch} || labels.dtype() != DType::i32)
     throw ShapeError("model '" + model_name_ + "': the loss needs int32 labels [" +
@@ -203,20 +233,24 @@ const Tensor& Network::forward_loss(const StepContext& ctx, const Tensor& input,
     // The head's softmax, loss and both gradients in one op; backward starts below it.
     const Tensor& logits = run(ctx, input, n - 1);
     check_loss(spec, root_.child_output(n - 1));
+    const Tensor& dlogits = root_.child_output_gradient(n - 2);
+    const Tensor& head_dx = loss_scale.defined() ? head_gradient(batch) : dlogits;
     ctx.device->log_softmax_nll(logits, labels, grad_scale, spec.label_smoothing,
-                                root_.child_output(n - 1), loss, accumulate,
-                                root_.child_output_gradient(n - 2));
+                                root_.child_output(n - 1), loss, accumulate, head_dx);
+    if (loss_scale.defined()) ctx.device->scale(head_dx, loss_scale, dlogits);
     head_fused_ = true;
     return root_.child_output(n - 1);
   }
   const Tensor& out = forward(ctx, input);
   check_loss(spec, out);
   const Tensor& dout = root_.child_output_gradient(n - 1);
+  const Tensor& head_dx = loss_scale.defined() ? head_gradient(batch) : dout;
   if (spec.kind == LossKind::mse)
-    ctx.device->mse_loss(out, labels, grad_scale, loss, accumulate, dout);
+    ctx.device->mse_loss(out, labels, grad_scale, loss, accumulate, head_dx);
   else
     ctx.device->log_softmax_nll(out, labels, grad_scale, spec.label_smoothing,
-                                log_probs(batch), loss, accumulate, dout);
+                                log_probs(batch), loss, accumulate, head_dx);
+  if (loss_scale.defined()) ctx.device->scale(head_dx, loss_scale, dout);
   return out;
 }
 

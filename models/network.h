@@ -80,9 +80,14 @@ class Network {
   // fuses activations, allocates the flat parameter, gradient and buffer storage on `device`,
   // and initialises the parameters from `seed` with Philox on the host (identical on every
   // backend): PyTorch's default distributions (uniform(+-1/sqrt(fan_in)) for Linear and Conv2d,
-  // 1 and 0 for batch norm).
-  void build(Device& device, const Shape& sample_shape, uint64_t seed);
+  // 1 and 0 for batch norm). `precision` (models/precision.h) sets the activation type; under
+  // bf16 / fp16 the weights of GEMMs and convolutions get a compute-type copy as well.
+  // UsageError when the device cannot hold the precision's type.
+  void build(Device& device, const Shape& sample_shape, uint64_t seed,
+             Precision precision = Precision::fp32);
   bool built() const { return device_ != nullptr; }
+  Precision precision() const { return precision_; }
+  DType compute_dtype() const { return trident::compute_dtype(precision_); }
 
   const std::string& model_name() const { return model_name_; }
   Device& device() const;
@@ -104,19 +109,22 @@ class Network {
   std::string summary() const;
 
   // ---- low level: the steps a Trainer or Predictor runs -----------------------------------
-  // The buffer a batch of `batch` samples is gathered into before forward().
+  // The buffer a batch of `batch` samples is gathered into before forward() (compute_dtype()).
   const Tensor& input_buffer(int64_t batch);
-  // Runs the layers on input ([batch, sample_shape...]); returns the output (persistent buffer).
+  // Runs the layers on input ([batch, sample_shape...], compute_dtype()); returns the output
+  // (a persistent buffer of compute_dtype()).
   const Tensor& forward(const StepContext& ctx, const Tensor& input);
   // Whether the last layer is a LogSoftmax with a layer before it (the loss can fuse it).
   bool ends_with_log_softmax() const;
   // A training forward with a loss: forward(), then loss[0] (+)= the batch's mean loss and the
   // gradient of scale * that mean with respect to the output, ready for backward(). A
   // LogSoftmax at the end and cross-entropy / NLL become one op (Device::log_softmax_nll).
-  // labels: int32 [batch]. Returns the output.
+  // labels: int32 [batch]. loss_scale (f32 [1] on the device, optional): the gradient is
+  // multiplied by it as well, in float32 before it is rounded to the compute type (fp16 loss
+  // scaling; the loss itself is not scaled). Returns the output.
   const Tensor& forward_loss(const StepContext& ctx, const Tensor& input, const Tensor& labels,
                              const LossSpec& loss_spec, const Tensor& loss, bool accumulate,
-                             float scale = 1.0f);
+                             float scale = 1.0f, const Tensor& loss_scale = Tensor());
   // loss[0] (+)= the mean loss of `output` (the last forward's) against labels, no gradients.
   void evaluate_loss(const StepContext& ctx, const Tensor& output, const Tensor& labels,
                      const LossSpec& loss_spec, const Tensor& loss, bool accumulate);
@@ -140,6 +148,8 @@ class Network {
   const Tensor& run(const StepContext& ctx, const Tensor& input, size_t count);
   // The cross-entropy head's log-probabilities for a batch size (logits models).
   const Tensor& log_probs(int64_t batch);
+  // float32 [batch, classes]: the head's gradient before loss scaling (fp16).
+  const Tensor& head_gradient(int64_t batch);
 
   std::string model_name_;
   Sequential root_;
@@ -152,7 +162,9 @@ class Network {
   Shape sample_shape_, output_shape_;
   int64_t parameter_count_ = 0;
   Tensor params_, grads_, buffers_;
-  std::map<int64_t, Tensor> inputs_, log_probs_;
+  Tensor compute_params_;  // the compute-type copy (bf16 / fp16), same layout as params_
+  Precision precision_ = Precision::fp32;
+  std::map<int64_t, Tensor> inputs_, log_probs_, head_gradients_;
   Tensor last_input_;
   bool head_fused_ = false;  // the last forward fused the final LogSoftmax: skip its backward
   bool have_forward_ = false;

@@ -45,6 +45,17 @@ void Optimizer::set_schedule(const std::vector<float>& table) {
                     : Tensor::from_host(network_->device(), {int64_t(table.size() / 2), 2}, table);
 }
 
+void Optimizer::enable_loss_scaling(float initial_scale, const LossScaleParams& params) {
+  if (!network_) throw Error("Optimizer::enable_loss_scaling before attach");
+  if (!(initial_scale > 0.0f) || !std::isfinite(initial_scale))
+    throw UsageError("the initial loss scale must be positive and finite");
+  Device& d = network_->device();
+  loss_scale_params_ = params;
+  loss_scale_state_ = Tensor::from_host(d, {2}, std::vector<float>{initial_scale, 0.0f});
+  control_.loss_scale = loss_scale_state_.view(0, {1});
+  if (!control_.grad_sumsq.defined()) control_.grad_sumsq = Tensor::zeros(d, {1});
+}
+
 void Optimizer::step(const StepContext& ctx, float grad_scale) {
   if (!network_) throw Error("Optimizer::step before attach");
   Device& d = *ctx.device;
@@ -71,6 +82,8 @@ void Optimizer::step(const StepContext& ctx, float grad_scale) {
     hp.grad_scale = grad_scale;
     d.adam_update(params, grads, state0_, state1_, hp, control_, ctx.step_state);
   }
+  if (loss_scale_state_.defined())
+    d.update_loss_scale(loss_scale_state_, control_.grad_sumsq, loss_scale_params_);
   d.advance_step(ctx.step_state);
 }
 

@@ -35,6 +35,13 @@ class Optimizer {
   void attach(Network& network);
   // Uploads a schedule table (models/schedule.h; empty: the constant lr) to the device.
   void set_schedule(const std::vector<float>& table);
+  // fp16 dynamic loss scaling (after attach): the loss gradient is multiplied by loss_scale()
+  // (Network::forward_loss), step() divides it out, skips a step whose gradients overflowed
+  // and then adjusts the scale on the device (Device::update_loss_scale), so that a captured
+  // step keeps scaling without the host looking.
+  void enable_loss_scaling(float initial_scale = 65536.0f, const LossScaleParams& params = {});
+  const Tensor& loss_scale() const { return control_.loss_scale; }  // f32 [1]; undefined: off
+  const Tensor& loss_scale_state() const { return loss_scale_state_; }  // f32 [2]: scale, clean steps
   // params -= update(gradients * grad_scale), clipped and scheduled; then step_state advances.
   // Allocates nothing (capturable).
   void step(const StepContext& ctx, float grad_scale = 1.0f);
@@ -46,6 +53,8 @@ class Optimizer {
   Network* network_ = nullptr;
   Tensor state0_, state1_;  // momentum (SGD) or exp_avg, exp_avg_sq (Adam)
   UpdateControl control_;
+  Tensor loss_scale_state_;
+  LossScaleParams loss_scale_params_;
 };
 
 }  // namespace trident

@@ -37,6 +37,11 @@ void Sequential::append(const std::string& name, std::unique_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
 }
 
+void Sequential::set_compute(const ComputeSpec& spec) {
+  compute_ = spec;
+  for (auto& layer : layers_) layer->set_compute(spec);
+}
+
 Shape Sequential::setup(const Shape& input) {
   if (layers_.empty()) throw ShapeError("Sequential '" + name() + "' has no layers");
   Shape shape = input;
@@ -128,7 +133,7 @@ Sequential::Buffers& Sequential::buffers_for(Device& device, const Shape& input,
     else if (i == writer && y.defined())
       b.outputs.push_back(y.reshape(out));
     else
-      b.outputs.push_back(Tensor::empty(device, out));
+      b.outputs.push_back(Tensor::empty(device, out, compute_.dtype));
     shape = out;
   }
   buffers_[batch] = std::move(b);
@@ -151,7 +156,7 @@ void Sequential::make_gradients(Device& device, Buffers& b, const Tensor& dy) {
     else if (layers_[k]->output_aliases_input() && k > 0)
       b.gradients[k] = b.gradients[k - 1].reshape(out);
     else
-      b.gradients[k] = Tensor::empty(device, out);
+      b.gradients[k] = Tensor::empty(device, out, compute_.dtype);
     shape = out;
   }
 }
@@ -278,14 +283,20 @@ Shape Residual::setup(const Shape& input) {
 
 Shape Residual::output_shape(const Shape& input) const { return body_.output_shape(input); }
 
+void Residual::set_compute(const ComputeSpec& spec) {
+  compute_ = spec;
+  body_.set_compute(spec);
+  shortcut_.set_compute(spec);
+}
+
 // Scratch: [body output (when the body cannot write y)] [shortcut output, shortcut dx].
 std::vector<ScratchSpec> Residual::scratch_specs(const Device&, const Shape& input) const {
   std::vector<ScratchSpec> specs;
   const Shape out = output_shape(input);
-  if (!body_into_output_) specs.push_back({out, DType::f32});
+  if (!body_into_output_) specs.push_back({out, compute_.dtype});
   if (!shortcut_.empty()) {
-    specs.push_back({out, DType::f32});
-    specs.push_back({input, DType::f32});
+    specs.push_back({out, compute_.dtype});
+    specs.push_back({input, compute_.dtype});
   }
   return specs;
 }

@@ -51,6 +51,7 @@ class Sequential : public Layer {
   Shape output_shape(const Shape& input) const override;
   std::vector<std::pair<std::string, Layer*>> children() override;
   bool output_aliases_input() const override;
+  void set_compute(const ComputeSpec& spec) override;
   // Marks this container as a Residual branch (see setup).
   void set_branch(bool branch) { branch_ = branch; }
   // Whether the last child's backward reads its forward output (an activation that is not in
@@ -112,6 +113,7 @@ class Residual : public Layer {
   Shape setup(const Shape& input) override;
   Shape output_shape(const Shape& input) const override;
   std::vector<std::pair<std::string, Layer*>> children() override;
+  void set_compute(const ComputeSpec& spec) override;
   std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const override;
   void forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                const std::vector<Tensor>& scratch) override;

@@ -80,6 +80,17 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     throw UsageError("label smoothing must be in [0, 1)");
   if (options_.augment.crop_padding < 0) throw UsageError("the crop padding must be >= 0");
   if (options_.eval_batch < 1) throw UsageError("the evaluation batch must be at least 1");
+  if (options_.precision) {
+    precision_ = *options_.precision;
+  } else if (const auto name = env_string("TRIDENT_PRECISION")) {
+    try {
+      precision_ = parse_precision(*name);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("TRIDENT_PRECISION: ") + e.what());
+    }
+  }
+  if (!(options_.initial_loss_scale > 0.0f) || !std::isfinite(options_.initial_loss_scale))
+    throw UsageError("the initial loss scale must be positive and finite");
   if (options_.process_count < 1 || options_.process_rank < 0 ||
       options_.process_rank >= options_.process_count)
     throw UsageError("process " + std::to_string(options_.process_rank) + " of " +
@@ -145,10 +156,12 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     r->device = &d;
     r->rank = static_cast<size_t>(options_.process_rank) * devices.size() + rank;
     r->net = model();
-    r->net.build(d, sample, options_.seed);  // the same seed: every replica starts identical
+    // The same seed: every replica starts identical.
+    r->net.build(d, sample, options_.seed, precision_);
     if (rank == 0) model_name_ = r->net.model_name();
     r->optimizer = std::make_unique<Optimizer>(options_.optimizer);
     r->optimizer->attach(r->net);
+    if (uses_loss_scaling(precision_)) r->optimizer->enable_loss_scaling(options_.initial_loss_scale);
     r->data = resident;
     r->batch = split[rank];
     if (options_.process_count == 1) {
@@ -455,7 +468,8 @@ void Trainer::forward(size_t i) {
   // Summed gradients: each replica's loss gradient weighted by its share of the global batch,
   // so that the sum over replicas is the global batch's mean.
   const float scale = strategy_->sums_gradients() ? r.share : 1.0f;
-  r.net.forward_loss(ctx, input, labels, loss_, r.loss_sum, true, scale);
+  r.net.forward_loss(ctx, input, labels, loss_, r.loss_sum, true, scale,
+                     r.optimizer->loss_scale());
 }
 
 void Trainer::backward(size_t i) {
@@ -622,6 +636,11 @@ EvalStats Trainer::evaluate() {
     stats.accuracy = correct.to_host()[0] / static_cast<double>(test_count_);
   }
   return stats;
+}
+
+float Trainer::loss_scale() const {
+  const Tensor& scale = replicas_.front()->optimizer->loss_scale();
+  return scale.defined() ? scale.to_host()[0] : 0.0f;
 }
 
 }  // namespace trident

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct TrainOptions {
   float label_smoothing = 0.0f;
   AugmentConfig augment;
   uint64_t seed = 1;              // initial weights, shuffling, dropout, augmentation
+  // fp32, tf32, bf16 or fp16 (models/precision.h); unset: TRIDENT_PRECISION, else fp32.
+  std::optional<Precision> precision;
+  float initial_loss_scale = 65536.0f;  // fp16 only (GradScaler's default)
   bool capture = true;            // replay the step as a captured graph where the device can
   // 0: gradient all-reduce every step; K > 0: average weights every K steps; -1: average, with
   // K chosen so that averaging costs at most a tenth of the steps (measured; see split_by_speed).
@@ -114,6 +118,9 @@ class Trainer : private ReplicaSteps {
   // own batch-norm statistics, as PyTorch's DDP does with broadcast_buffers=False).
   Network& network();
   const TrainOptions& options() const { return options_; }
+  Precision precision() const { return precision_; }
+  // fp16: the current loss scale (read from the first device; a sync). 0 when not scaling.
+  float loss_scale() const;
   LossSpec loss() const { return loss_; }
   std::string device_names() const;  // "cuda:0,cuda:1"
   std::string collective_name() const { return collective_->name(); }
@@ -155,6 +162,7 @@ class Trainer : private ReplicaSteps {
   void run_step(size_t i, const std::function<void()>& step, bool capture) override;
 
   TrainOptions options_;
+  Precision precision_ = Precision::fp32;
   LossSpec loss_;
   std::string model_name_;
   std::string data_source_;  // for messages: where the test split came from

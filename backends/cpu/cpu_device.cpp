@@ -16,6 +16,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gather.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/optimizers.h"
 #include "kernels/cpu/pool2d.h"
 #include "kernels/cpu/softmax_nll.h"
@@ -327,7 +328,8 @@ cpu::ResolvedStep resolve(float lr, float momentum, float grad_scale, const Upda
                           const Tensor& step_state) {
   return cpu::resolve_step(lr, momentum, grad_scale, at(c.schedule),
                            c.schedule.defined() ? c.schedule.numel() / 2 : 0, at(c.grad_sumsq),
-                           c.max_norm, step_state.defined() ? at<uint32_t>(step_state)[1] : 0u);
+                           c.max_norm, at(c.loss_scale),
+                           step_state.defined() ? at<uint32_t>(step_state)[1] : 0u);
 }
 
 }  // namespace
@@ -340,6 +342,7 @@ void CpuDevice::do_sgd_update(const Tensor& params, const Tensor& grads, const T
   resolved.lr = r.lr;
   resolved.momentum = r.momentum;
   resolved.grad_scale = r.grad_scale;
+  if (r.skip) return;  // an overflowed fp16 step: nothing changes
   run([&] { cpu::sgd_update(at(params), at(grads), at(momentum), params.numel(), resolved); });
 }
 
@@ -351,10 +354,31 @@ void CpuDevice::do_adam_update(const Tensor& params, const Tensor& grads, const 
   resolved.lr = r.lr;
   resolved.beta1 = r.momentum;
   resolved.grad_scale = r.grad_scale;
+  if (r.skip) return;
   run([&] {
     cpu::adam_update(at(params), at(grads), at(m), at(v), params.numel(), resolved,
                      at<uint32_t>(step_state)[1]);
   });
+}
+
+void CpuDevice::do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                                     const LossScaleParams& params) {
+  cpu::update_loss_scale(at(state), at(grad_sumsq)[0], params);
+}
+
+// ---- 16-bit floats: stored here, computed in float32 ---------------------------------------------
+
+bool CpuDevice::do_native(OpFamily family, DType dtype) const {
+  return family == OpFamily::convert && is_half(dtype);
+}
+
+void CpuDevice::do_convert(const Tensor& src, const Tensor& dst) {
+  run([&] { cpu::convert(at<void>(src), src.dtype(), at<void>(dst), dst.dtype(), src.numel()); });
+}
+
+void CpuDevice::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
+  const float f = at(factor)[0];
+  run([&] { cpu::scale(at(x), f, at(y), x.numel()); });
 }
 
 }  // namespace trident

@@ -28,6 +28,11 @@ class CpuDevice : public Device {
   void do_copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
   void do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
   void do_fill(const Tensor& dst, float value) override;
+  void do_convert(const Tensor& src, const Tensor& dst) override;
+  bool do_native(OpFamily family, DType dtype) const override;
+  void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) override;
+  void do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                            const LossScaleParams& params) override;
   void do_synchronize() override {}  // every op has finished when it returns
 
   void do_gemm(const GemmArgs& args) override;

@@ -33,14 +33,19 @@ void sgd_update(float* params, const float* grads, float* momentum, int64_t n,
 
 ResolvedStep resolve_step(float lr, float momentum, float grad_scale, const float* schedule,
                           int64_t schedule_rows, const float* grad_sumsq, float max_norm,
-                          uint32_t steps_done) {
+                          const float* loss_scale, uint32_t steps_done) {
   ResolvedStep r{lr, momentum, grad_scale};
   if (schedule_rows > 0) {
     const int64_t row = std::min<int64_t>(int64_t(steps_done), schedule_rows - 1);
     r.lr = schedule[2 * row];
     r.momentum = schedule[2 * row + 1];
   }
-  if (grad_sumsq) {
+  if (loss_scale) {
+    if (!std::isfinite(grad_sumsq[0])) r.skip = true;
+    grad_scale = float(double(grad_scale) / double(loss_scale[0]));
+    r.grad_scale = grad_scale;
+  }
+  if (grad_sumsq && max_norm > 0.0f) {
     const double norm = double(grad_scale) * std::sqrt(double(grad_sumsq[0]));
     const double coef = double(max_norm) / (norm + 1e-6);
     if (coef < 1.0) r.grad_scale = float(double(grad_scale) * coef);
@@ -74,6 +79,19 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
       params[i] += -step_size * (mi / denom);                 // param.addcdiv_(m, denom, -step)
     }
   });
+}
+
+void update_loss_scale(float* state, float grad_sumsq, const LossScaleParams& params) {
+  if (!std::isfinite(grad_sumsq)) {
+    state[0] *= params.backoff;
+    state[1] = 0.0f;
+    return;
+  }
+  state[1] += 1.0f;
+  if (state[1] >= float(params.interval)) {
+    state[0] *= params.growth;
+    state[1] = 0.0f;
+  }
 }
 
 }  // namespace trident::cpu

@@ -1,0 +1,15 @@
+// CPU dtype conversion between float32, float16, bfloat16 (and from uint8), rounding to nearest
+// even; float16 through the F16C instructions where the CPU has them (checked at run time).
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace trident::cpu {
+
+// dst[i] = src[i] in dst_type; src_type f32, f16, bf16 or u8; dst_type f32, f16 or bf16.
+void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n);
+// y = x * factor (y may alias x).
+void scale(const float* x, float factor, float* y, int64_t n);
+
+}  // namespace trident::cpu
