@@ -31,7 +31,8 @@ const std::string& require(const TensorFile& file, const std::string& path, cons
   auto it = file.metadata.find(key);
   if (it == file.metadata.end())
     throw FormatError(path + ": not a Trident training checkpoint (metadata '" + key +
-                      "' missing); weights alone load with load_weights or --weights");
+                      "' missing); a weights-only file loads with load_weights(), or `trident eval` / "
+                      "`trident predict` with --model NAME");
   return it->second;
 }
 
@@ -137,6 +138,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   epochs_done_ = epoch;
   global_step_ = step;
   for (auto& r : replicas_) r->net.set_batches_tracked(step);
+}
+
+bool is_training_checkpoint(const TensorFile& file) {
+  auto format = file.metadata.find("format");
+  return format != file.metadata.end() && format->second.rfind("trident-checkpoint", 0) == 0;
 }
 
 std::string checkpoint_model_name(const std::string& path) {

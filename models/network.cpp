@@ -68,7 +68,14 @@ Device& Network::device() const {
   return *device_;
 }
 
-void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
+void Network::require_trainable(const char* what) const {
+  if (!trainable_)
+    throw UsageError("model '" + model_name_ + "' was built for inference (build(..., training = "
+                     "false): no gradient buffers), so it cannot run " + what +
+                     "; build it with training = true to train it");
+}
+
+void Network::build(Device& device, const Shape& sample_shape, uint64_t seed, bool training) {
   if (root_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
   Shape batch1{1};
   batch1.insert(batch1.end(), sample_shape.begin(), sample_shape.end());
@@ -96,6 +103,7 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
     ParameterRange range{parameter_count_, parameter_count_};
     walk(*top, top_name, [&](Layer& layer, const std::string& path) {
       layer.set_index(index++);
+      layer.set_inference_only(!training);
       for (const ParamSpec& spec : layer.parameter_specs()) {
         state_entries_.push_back({StateEntry::Kind::parameter, join(path, spec.name), named_.size()});
         named_.push_back({join(path, spec.name), spec.shape, parameter_count_, spec.init});
@@ -116,9 +124,11 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
     layer_ranges_.push_back(range);
   }
   device_ = &device;
+  trainable_ = training;
+  root_.set_inference_only(!training);
   params_ = Tensor::from_host(device, {parameter_count_},
                               initial_values(named_, parameter_count_, seed));
-  grads_ = Tensor::zeros(device, {parameter_count_});
+  grads_ = training ? Tensor::zeros(device, {parameter_count_}) : Tensor();
   buffers_ = buffer_count > 0 ? Tensor::from_host(device, {buffer_count},
                                                   initial_values(named_buffers_, buffer_count, 0))
                               : Tensor();
@@ -127,7 +137,7 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed) {
     std::vector<Tensor> p, g, b;
     for (size_t k = 0; k < layer.parameter_specs().size(); ++k, ++next_param) {
       p.push_back(params_.view(named_[next_param].offset, named_[next_param].shape));
-      g.push_back(grads_.view(named_[next_param].offset, named_[next_param].shape));
+      if (training) g.push_back(grads_.view(named_[next_param].offset, named_[next_param].shape));
     }
     for (size_t k = 0; k < layer.buffer_specs().size(); ++k, ++next_buffer)
       b.push_back(buffers_.view(named_buffers_[next_buffer].offset,
@@ -159,6 +169,7 @@ const Tensor& Network::run(const StepContext& ctx, const Tensor& input, size_t c
   if (input.shape() != want)
     throw ShapeError("model '" + model_name_ + "' expects input " + shape_string(want) +
                      ", got " + shape_string(input.shape()));
+  if (ctx.training) require_trainable("a training forward");
   last_input_ = input;
   head_fused_ = false;
   have_forward_ = true;
@@ -192,6 +203,7 @@ const Tensor& Network::log_probs(int64_t batch) {
 const Tensor& Network::forward_loss(const StepContext& ctx, const Tensor& input,
                                     const Tensor& labels, const LossSpec& spec, const Tensor& loss,
                                     bool accumulate, float scale) {
+  require_trainable("forward_loss()");
   const int64_t batch = input.shape().empty() ? 0 : input.dim(0);
   if (labels.shape() != Shape{batch} || labels.dtype() != DType::i32)
     throw ShapeError("model '" + model_name_ + "': the loss needs int32 labels [" +
@@ -249,12 +261,14 @@ void Network::backward(const StepContext& ctx) {
 }
 
 void Network::backward_layer_parameters(const StepContext& ctx, size_t i) {
+  require_trainable("backward()");
   if (!have_forward_) throw Error("model '" + model_name_ + "': backward() before forward");
   if (head_fused_ && i + 1 == root_.size()) return;  // forward_loss wrote its input gradient
   root_.backward_child_parameters(ctx, i, last_input_, Tensor(), Tensor());
 }
 
 void Network::backward_layer_input(const StepContext& ctx, size_t i) {
+  require_trainable("backward()");
   if (head_fused_ && i + 1 == root_.size()) return;
   root_.backward_child_input(ctx, i, Tensor(), Tensor());
 }

@@ -278,14 +278,15 @@ Shape Residual::setup(const Shape& input) {
 
 Shape Residual::output_shape(const Shape& input) const { return body_.output_shape(input); }
 
-// Scratch: [body output (when the body cannot write y)] [shortcut output, shortcut dx].
+// Scratch: [body output (when the body cannot write y)] [shortcut output, shortcut dx (not for
+// inference: only backward writes it)].
 std::vector<ScratchSpec> Residual::scratch_specs(const Device&, const Shape& input) const {
   std::vector<ScratchSpec> specs;
   const Shape out = output_shape(input);
   if (!body_into_output_) specs.push_back({out, DType::f32});
   if (!shortcut_.empty()) {
     specs.push_back({out, DType::f32});
-    specs.push_back({input, DType::f32});
+    if (!inference_only_) specs.push_back({input, DType::f32});
   }
   return specs;
 }
