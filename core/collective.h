@@ -37,6 +37,18 @@ class Collective {
   // host round trips (host staging).
   virtual bool overlaps() const { return false; }
 
+  // Per-device use, for one thread per device: the thread of local device i queues device i's
+  // part of the sum of buffer (count floats), after the work already queued on that device; the
+  // sum completes once every device's part is queued (in any order). Capturable inside that
+  // device's own captured step where capturable(). Default: not supported.
+  virtual bool per_device() const { return false; }
+  virtual void all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) {
+    (void)index;
+    (void)buffer;
+    (void)count;
+    throw Error(name() + ": no per-device sums (use all_reduce_sum from one thread)");
+  }
+
   // The training step (1-based, counted over the whole run) whose work is queued next. Messages
   // of a timeout name it; a collective that queues work on devices (NCCL) also marks here the
   // end of everything queued so far, which its watchdog waits for. Default: nothing.

@@ -120,6 +120,9 @@ void check_pool(const OpCheck& check, const Pool2dShape& s) {
   check.positive("stride width", s.stride_w);
   check.nonnegative("padding height", s.pad_h);
   check.nonnegative("padding width", s.pad_w);
+  // An empty plane with padding would still have windows, all of them empty.
+  check.positive("height", s.height);
+  check.positive("width", s.width);
   // PyTorch: "pad should be at most half of effective kernel size".
   if (2 * s.pad_h > s.kernel_h || 2 * s.pad_w > s.kernel_w)
     check.fail("padding must be at most half the kernel");
@@ -428,6 +431,9 @@ void Device::maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tens
                                const Tensor& argmax) {
   OpCheck check(*this, "maxpool2d_forward");
   check_pool(check, s);
+  check.require(s.height * s.width <= INT32_MAX,
+                "a plane of " + std::to_string(s.height * s.width) +
+                    " pixels does not fit the i32 argmax");
   check.tensor("x", x, s.input_numel());
   check.tensor("y", y, s.output_numel());
   check.tensor("argmax", argmax, s.output_numel(), DType::i32);

@@ -101,6 +101,34 @@ TrainOptions train_options(const CliArgs& a, const CliTrainSettings& s, const Mo
   return o;
 }
 
+// Whether a set of devices is mixed (different backends or models): then the default is to
+// split the batch by speed and average weights every K steps, since a per-step all-reduce
+// through the host would cost the fast device more than the slow one adds.
+bool mixed_set(const std::vector<Device*>& devices) {
+  for (Device* d : devices)
+    if (d->info().backend != devices[0]->info().backend || d->info().name != devices[0]->info().name)
+      return true;
+  return false;
+}
+
+// --split and the defaults for mixed sets.
+void apply_split(const CliTrainSettings& s, const std::vector<Device*>& devices,
+                 TrainOptions& o) {
+  const bool mixed = devices.size() > 1 && mixed_set(devices) && o.process_count == 1;
+  std::string split = s.split;
+  if (mixed && !s.sync_given) o.average_every = -1;
+  if (mixed && split == "even" && !s.sync_given) split = "speed";
+  if (split == "speed") {
+    o.split_by_speed = true;
+  } else if (split != "even") {
+    for (const std::string& part : trident::split(split, ',')) {
+      CliArgs one;
+      one.values["--split"] = part;
+      o.split.push_back(one.get_float("--split", 0.0f, 0.0f));
+    }
+  }
+}
+
 // What the processes of a job compare before their first step (agree_on_settings).
 JobSettings job_settings(const std::string& model, const TrainOptions& o, const Trainer& trainer,
                          size_t devices, int64_t train_samples) {
@@ -198,7 +226,9 @@ int train_with(const CliArgs& a, const CliTrainSettings& settings, const Process
   const std::vector<Device*> devices = process_devices(DeviceRegistry::global(), list, group);
   const DatasetSplits data = load_data(settings, recipe);
   const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  apply_split(settings, devices, options);
   Trainer trainer(devices, recipe.factory(classes), data, options);
+  if (!trainer.balance_report().empty()) err << trainer.balance_report() << "\n";
   // Tests only: this process fails once training reaches that global step (a rank failing
   // mid-run, tests/mpi/run_mpi_failure_check.sh).
   const long fail_at_step = env_int("TRIDENT_TEST_FAIL_AT_STEP", 0, 0, LONG_MAX);
@@ -218,7 +248,7 @@ int train_with(const CliArgs& a, const CliTrainSettings& settings, const Process
     err << ", " << loss_name(trainer.loss().kind) << " loss";
     if (options.augment.enabled()) err << ", augmented";
     if (devices.size() > 1 || group.size > 1)
-      err << ", all-reduce through " << trainer.collective_name();
+      err << ", " << trainer.sync_description() << " through " << trainer.collective_name();
     err << "\n";
     ProgressPrinter progress(::isatty(STDERR_FILENO) == 1);
     if (trainer.epochs_done() >= epochs)

@@ -42,6 +42,8 @@ struct CliTrainSettings {
   std::string devices;             // "" : TRIDENT_DEVICES or the default device
   std::string checkpoint;          // "" : none (an explicit --checkpoint '' is an error)
   std::string schedule = "none", loss = "auto";
+  std::string split = "even";      // even, speed, or shares "3,1"
+  bool sync_given = false;         // --sync was given (else the set decides: see cli.cpp)
   int64_t epochs = 1, batch = 200, train_limit = 0, test_limit = 0, average_every = 0;
   int64_t warmup_steps = 0, step_epochs = 1, crop_padding = 2;
   uint64_t seed = 1;

@@ -18,6 +18,10 @@ struct Trainer::ResidentData {
 struct Trainer::Replica {
   Device* device = nullptr;
   size_t rank = 0;
+  int64_t batch = 0;    // samples of each global batch this replica takes
+  int64_t offset = 0;   // where they start in the global batch
+  float share = 0.0f;   // batch / global batch
+  int64_t steps_run = 0;
   Network net;
   std::unique_ptr<Optimizer> optimizer;
   std::shared_ptr<ResidentData> data;

@@ -2,10 +2,12 @@
 // gradient all-reduce or periodic weight averaging across replicas, evaluation.
 #include "models/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <thread>
 
 #include "core/env.h"
@@ -84,10 +86,7 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
                      std::to_string(options_.process_count) + " does not exist");
   const int64_t n = static_cast<int64_t>(devices.size()) * options_.process_count;
   replica_count_ = n;
-  if (options_.batch <= 0 || options_.batch % n != 0)
-    throw UsageError("batch " + std::to_string(options_.batch) +
-                     " must be a positive multiple of the " + std::to_string(n) + " devices");
-  per_replica_batch_ = options_.batch / n;
+  const std::vector<int64_t> split = batch_split(options_, devices.size());
   const Dataset& train = data.train;
   const Dataset& test = data.test;
   train_count_ = train.size();
@@ -151,11 +150,18 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     r->optimizer = std::make_unique<Optimizer>(options_.optimizer);
     r->optimizer->attach(r->net);
     r->data = resident;
-    r->index_table = Tensor::empty(d, {steps * per_replica_batch_}, DType::i32);
+    r->batch = split[rank];
+    if (options_.process_count == 1) {
+      for (size_t k = 0; k < rank; ++k) r->offset += split[k];
+    } else {  // even shares across processes
+      r->offset = static_cast<int64_t>(r->rank) * (options_.batch / n);
+    }
+    r->share = static_cast<float>(double(r->batch) / double(options_.batch));
+    r->index_table = Tensor::empty(d, {std::max<int64_t>(steps * r->batch, 1)}, DType::i32);
     r->step_state = Tensor::zeros(d, {kStepStateCount}, DType::i32);
     r->eval_state = Tensor::zeros(d, {kStepStateCount}, DType::i32);
     r->loss_sum = Tensor::zeros(d, {1});
-    r->labels = Tensor::empty(d, {per_replica_batch_}, DType::i32);
+    r->labels = Tensor::empty(d, {std::max<int64_t>(r->batch, 1)}, DType::i32);
     replicas_.push_back(std::move(r));
   }
   Network& first = replicas_.front()->net;
@@ -182,6 +188,190 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
   bucket_bytes_ = options_.bucket_bytes > 0
                       ? options_.bucket_bytes
                       : env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
+  if (options_.average_every < -1) throw UsageError("average_every must be >= -1");
+  if (options_.split_by_speed && !options_.split.empty())
+    throw UsageError("give either a batch split or split_by_speed, not both");
+  if (options_.average_every == -1 && !options_.split_by_speed)
+    options_.average_every = 1;  // nothing measured: average every step
+  workers_ = std::make_unique<ReplicaWorkers>(replicas_.size());
+  choose_strategy();
+  if (options_.split_by_speed) balance_by_speed();
+}
+
+void Trainer::resize_replica_batch(Replica& r, int64_t batch, int64_t offset) {
+  r.batch = batch;
+  r.offset = offset;
+  r.share = static_cast<float>(double(batch) / double(options_.batch));
+  Device& d = *r.device;
+  r.index_table = Tensor::empty(d, {std::max<int64_t>(steps_per_epoch() * batch, 1)}, DType::i32);
+  r.labels = Tensor::empty(d, {std::max<int64_t>(batch, 1)}, DType::i32);
+}
+
+// Times each replica's forward and backward alone at an even share (the best of three, after a
+// warm-up), then gives each a share of the batch proportional to its speed. Batch-norm
+// statistics touched by the probe are put back; nothing else changes (no update runs).
+void Trainer::balance_by_speed() {
+  if (options_.process_count > 1)
+    throw UsageError("split_by_speed works within one process only");
+  const size_t n = replicas_.size();
+  if (n < 2) return;
+  upload_epoch_tables(1);
+  std::vector<double> seconds(n);
+  for (size_t i = 0; i < n; ++i) {
+    Replica& r = *replicas_[i];
+    const Tensor saved = r.net.buffers().defined() ? Tensor::empty(*r.device, r.net.buffers().shape())
+                                                  : Tensor();
+    if (saved.defined()) saved.copy_from(r.net.buffers());
+    double best = 1e30;
+    for (int round = 0; round < 4; ++round) {
+      r.device->synchronize();
+      const double t0 = now_seconds();
+      forward(i);
+      backward(i);
+      r.device->synchronize();
+      if (round > 0) best = std::min(best, now_seconds() - t0);
+    }
+    if (saved.defined()) r.net.buffers().copy_from(saved);
+    seconds[i] = best;
+  }
+  // Samples per second at the even share, then shares in proportion.
+  std::vector<double> speed(n);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    speed[i] = double(replicas_[i]->batch) / seconds[i];
+    total += speed[i];
+  }
+  std::ostringstream report;
+  report << "batch split by measured speed:";
+  std::vector<double> shares;
+  std::vector<size_t> kept;
+  for (size_t i = 0; i < n; ++i) {
+    const double share = speed[i] / total;
+    report << " " << replicas_[i]->device->info().id() << " " << std::llround(speed[i])
+           << " samples/s";
+    if (share * double(options_.batch) < std::max(1.0, 0.01 * double(options_.batch))) {
+      report << " (left out: it would take under 1% of the batch)";
+      continue;
+    }
+    kept.push_back(i);
+    shares.push_back(share);
+  }
+  // Drop the devices left out (their threads, data and network go with them).
+  if (kept.size() < n) {
+    std::vector<std::unique_ptr<Replica>> remaining;
+    for (size_t i : kept) remaining.push_back(std::move(replicas_[i]));
+    for (auto& r : replicas_)
+      if (r) {
+        r->captured.reset();
+        r->device->synchronize();
+      }
+    replicas_ = std::move(remaining);
+    for (size_t k = 0; k < replicas_.size(); ++k) replicas_[k]->rank = k;
+    std::vector<Device*> devices;
+    for (auto& r : replicas_) devices.push_back(r->device);
+    collective_.reset();
+    collective_ = options_.collective ? options_.collective(devices) : make_collective(devices);
+    replica_count_ = static_cast<int64_t>(replicas_.size());
+    workers_ = std::make_unique<ReplicaWorkers>(replicas_.size());
+  }
+  TrainOptions split_options = options_;
+  split_options.split = shares;
+  const std::vector<int64_t> sizes = batch_split(split_options, replicas_.size());
+  int64_t offset = 0;
+  for (size_t k = 0; k < replicas_.size(); ++k) {
+    resize_replica_batch(*replicas_[k], sizes[k], offset);
+    offset += sizes[k];
+  }
+  report << "; batch " << options_.batch << " split";
+  for (size_t k = 0; k < replicas_.size(); ++k)
+    report << (k ? " + " : " ") << sizes[k] << " (" << replicas_[k]->device->info().id() << ")";
+  // Weight averaging every K steps: K such that averaging costs at most a tenth of the steps.
+  if (options_.average_every == -1) {
+    int64_t every = 1;
+    if (replicas_.size() > 1) {
+      for (auto& r : replicas_) r->device->synchronize();
+      const double t0 = now_seconds();
+      average_weights();
+      for (auto& r : replicas_) r->device->synchronize();
+      const double average_s = now_seconds() - t0;
+      double kept_speed = 0.0;
+      for (size_t i : kept) kept_speed += speed[i];
+      const double step_s = double(options_.batch) / kept_speed;  // the balanced set's step
+      every = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(10.0 * average_s / step_s)), 1,
+                                  1000);
+      report << "; weights averaged every " << every << " steps (an average took "
+             << std::llround(average_s * 1e6) << " us)";
+    }
+    options_.average_every = every;
+  }
+  if (replicas_.size() == 1 && options_.average_every != 0) {
+    options_.average_every = 0;  // one device left: nothing to average
+    report << "; one device left: plain steps";
+  }
+  balance_report_ = report.str();
+  choose_strategy();
+}
+
+// The samples of a global batch each local device takes: even, or in the proportions asked
+// (TrainOptions::split; one process only, every device at least one sample).
+std::vector<int64_t> Trainer::batch_split(const TrainOptions& o, size_t local) {
+  const int64_t n = static_cast<int64_t>(local) * o.process_count;
+  if (o.split.empty()) {
+    if (o.batch <= 0 || o.batch % n != 0)
+      throw UsageError("batch " + std::to_string(o.batch) + " must be a positive multiple of the " +
+                       std::to_string(n) + " devices (or split it unevenly with --split)");
+    return std::vector<int64_t>(local, o.batch / n);
+  }
+  if (o.process_count > 1)
+    throw UsageError("an uneven batch split works within one process only");
+  if (o.split.size() != local)
+    throw UsageError("the batch split has " + std::to_string(o.split.size()) + " shares for " +
+                     std::to_string(local) + " devices");
+  double total = 0.0;
+  for (double w : o.split) {
+    if (!(w > 0.0) || !std::isfinite(w)) throw UsageError("batch split shares must be positive");
+    total += w;
+  }
+  std::vector<int64_t> sizes(local);
+  int64_t given = 0;
+  for (size_t i = 0; i < local; ++i) {
+    sizes[i] = std::max<int64_t>(1, static_cast<int64_t>(std::llround(o.batch * o.split[i] / total)));
+    given += sizes[i];
+  }
+  // Rounding leftovers go to (or come from) the largest share.
+  const size_t largest = size_t(std::max_element(sizes.begin(), sizes.end()) - sizes.begin());
+  sizes[largest] += o.batch - given;
+  if (sizes[largest] < 1 || o.batch < static_cast<int64_t>(local))
+    throw UsageError("batch " + std::to_string(o.batch) + " is too small to split over " +
+                     std::to_string(local) + " devices");
+  return sizes;
+}
+
+void Trainer::choose_strategy() {
+  const size_t n = replicas_.size();
+  if (options_.average_every > 0) {
+    strategy_ = make_model_averaging(options_.average_every, options_.capture);
+    return;
+  }
+  AllReducePlan plan = AllReducePlan::after_backward;
+  bool buckets = false;
+  if (n == 1 && (replica_count_ == 1 || collective_->capturable())) {
+    plan = AllReducePlan::whole_step;
+    buckets = overlap_;
+  } else if (collective_->per_device() && collective_->capturable()) {
+    plan = AllReducePlan::per_replica;
+  } else if (overlap_) {
+    plan = AllReducePlan::bucketed;
+  }
+  strategy_ = make_gradient_all_reduce(plan, options_.capture, buckets);
+}
+
+std::string Trainer::sync_description() const { return strategy_->describe(); }
+
+std::vector<int64_t> Trainer::batch_sizes() const {
+  std::vector<int64_t> sizes;
+  for (const auto& r : replicas_) sizes.push_back(r->batch);
+  return sizes;
 }
 
 // Teardown order (issue 14, finding 1): a captured step holds the collective (the CUDA graph
@@ -222,36 +412,19 @@ void Trainer::upload_schedule() {
   for (auto& r : replicas_) r->optimizer->set_schedule(table);
 }
 
-void Trainer::run_on_replicas(const std::function<void(Replica&)>& work) {
-  if (replicas_.size() == 1) return work(*replicas_[0]);
-  // One host thread per device: CPU devices compute synchronously, GPUs just get their queues fed.
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(replicas_.size());
-  for (size_t i = 0; i < replicas_.size(); ++i)
-    threads.emplace_back([&, i] {
-      try {
-        work(*replicas_[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
 void Trainer::upload_epoch_tables(int64_t epoch) {
   const int64_t steps = steps_per_epoch();
   const std::vector<int32_t> order = epoch_permutation(train_count_, options_.seed, epoch);
   for (auto& r : replicas_) {
-    // Replica r takes samples [r*b, (r+1)*b) of every global batch.
-    std::vector<int32_t> table(static_cast<size_t>(steps * per_replica_batch_));
+    // Replica r takes samples [offset, offset + batch) of every global batch.
+    std::vector<int32_t> table(static_cast<size_t>(steps * r->batch));
     for (int64_t s = 0; s < steps; ++s)
-      for (int64_t i = 0; i < per_replica_batch_; ++i)
-        table[static_cast<size_t>(s * per_replica_batch_ + i)] =
-            order[static_cast<size_t>(s * options_.batch +
-                                      static_cast<int64_t>(r->rank) * per_replica_batch_ + i)];
-    r->index_table.copy_from_host(table.data(), table.size() * sizeof(int32_t));
+      for (int64_t i = 0; i < r->batch; ++i)
+        table[static_cast<size_t>(s * r->batch + i)] =
+            order[static_cast<size_t>(s * options_.batch + r->offset + i)];
+    if (!table.empty())
+      r->index_table.view(0, {int64_t(table.size())})
+          .copy_from_host(table.data(), table.size() * sizeof(int32_t));
     const uint32_t state[2] = {0u, static_cast<uint32_t>(global_step_)};
     r->step_state.copy_from_host(state, sizeof(state));
     r->device->fill(r->loss_sum, 0.0f);
@@ -259,10 +432,10 @@ void Trainer::upload_epoch_tables(int64_t epoch) {
 }
 
 // Gather the batch, forward, loss and its gradient: everything before the network's backward.
-void Trainer::forward_replica(Replica& r) {
-  const int64_t sample_offset = static_cast<int64_t>(r.rank) * per_replica_batch_;
-  const StepContext ctx = r.context(true, sample_offset, options_.seed);
-  const Tensor& input = r.net.input_buffer(per_replica_batch_);
+void Trainer::forward(size_t i) {
+  Replica& r = *replicas_[i];
+  const StepContext ctx = r.context(true, r.offset, options_.seed);
+  const Tensor& input = r.net.input_buffer(r.batch);
   SampleTransform t;
   t.scale = r.data->scale;
   t.mean = r.data->mean;
@@ -271,23 +444,55 @@ void Trainer::forward_replica(Replica& r) {
   t.horizontal_flip = options_.augment.horizontal_flip;
   t.seed = options_.seed;
   t.stream = kAugmentStream;
-  t.sample_offset = sample_offset;
+  t.sample_offset = r.offset;
   const Shape image = Shape(r.data->train_samples.shape().begin() + 1,
                             r.data->train_samples.shape().end());
-  r.device->gather_samples(r.data->train_samples, r.index_table, r.step_state, t,
-                           input.reshape(with_batch(per_replica_batch_, image)));
-  r.device->gather_rows(r.data->train_labels, r.index_table, r.step_state, r.labels);
-  r.net.forward_loss(ctx, input, r.labels, loss_, r.loss_sum, true);
+  const Tensor table = r.index_table.view(0, {steps_per_epoch() * r.batch});
+  const Tensor labels = r.labels.view(0, {r.batch});
+  r.device->gather_samples(r.data->train_samples, table, r.step_state, t,
+                           input.reshape(with_batch(r.batch, image)));
+  r.device->gather_rows(r.data->train_labels, table, r.step_state, labels);
+  // Summed gradients: each replica's loss gradient weighted by its share of the global batch,
+  // so that the sum over replicas is the global batch's mean.
+  const float scale = strategy_->sums_gradients() ? r.share : 1.0f;
+  r.net.forward_loss(ctx, input, labels, loss_, r.loss_sum, true, scale);
 }
 
-// Everything before the gradients are combined.
-void Trainer::step_replica(Replica& r) {
-  forward_replica(r);
-  r.net.backward(r.context(true, static_cast<int64_t>(r.rank) * per_replica_batch_, options_.seed));
+void Trainer::backward(size_t i) {
+  Replica& r = *replicas_[i];
+  r.net.backward(r.context(true, r.offset, options_.seed));
 }
 
-void Trainer::update_replica(Replica& r, float grad_scale) {
-  r.optimizer->step(r.context(true, 0, options_.seed), grad_scale);
+void Trainer::update(size_t i) {
+  Replica& r = *replicas_[i];
+  r.optimizer->step(r.context(true, 0, options_.seed), 1.0f);
+}
+
+void Trainer::sum_gradients() {
+  if (replica_count_ == 1) return;
+  std::vector<DeviceMemory> grads;
+  for (auto& r : replicas_) grads.push_back(r->net.gradients().memory());
+  collective_->all_reduce_sum(grads, replicas_[0]->net.parameter_count());
+}
+
+void Trainer::sum_gradients_of(size_t i) {
+  collective_->all_reduce_sum_device(i, replicas_[i]->net.gradients().memory(),
+                                     replicas_[i]->net.parameter_count());
+}
+
+void Trainer::run_step(size_t i, const std::function<void()>& step, bool capture) {
+  Replica& r = *replicas_[i];
+  // The first step runs eagerly (it allocates every buffer); the second is captured once.
+  if (r.captured) {
+    r.captured->replay();
+  } else if (capture && !r.capture_tried && r.steps_run > 0) {
+    r.capture_tried = true;
+    r.captured = r.device->capture(step);
+    if (r.captured) r.captured->replay(); else step();
+  } else {
+    step();
+  }
+  ++r.steps_run;
 }
 
 // Backward through every replica's network layer by layer from the top (one host thread queues
@@ -295,12 +500,10 @@ void Trainer::update_replica(Replica& r, float grad_scale) {
 // while the layers below are still being differentiated. Parameters lie in layer order, so the
 // finished gradients are always the buffer's tail [begin of the last layer done, count): a
 // bucket is its part not yet started. finish_all_reduces joins the sums before the update.
-void Trainer::backward_in_buckets() {
+void Trainer::backward_all_in_buckets() {
   const Network& first = replicas_[0]->net;
   std::vector<StepContext> contexts;
-  for (auto& r : replicas_)
-    contexts.push_back(
-        r->context(true, static_cast<int64_t>(r->rank) * per_replica_batch_, options_.seed));
+  for (auto& r : replicas_) contexts.push_back(r->context(true, r->offset, options_.seed));
   int64_t unsummed_end = first.parameter_count();  // gradients at and past it are started
   std::vector<DeviceMemory> bucket(replicas_.size());
   for (size_t i = first.layer_count(); i-- > 0;) {
@@ -322,14 +525,16 @@ void Trainer::backward_in_buckets() {
   collective_->finish_all_reduces();
 }
 
-void Trainer::average_replicas() {
-  const float scale = 1.0f / static_cast<float>(replica_count_);
+// The average of every replica's weights and optimizer state, each replica weighted by its
+// share of the global batch: sum over replicas of share * value, left on every replica.
+void Trainer::average_weights() {
   auto average = [&](const std::function<Tensor(Replica&)>& pick) {
     std::vector<DeviceMemory> buffers;
-    for (auto& r : replicas_) buffers.push_back(pick(*r).memory());
-    const int64_t count = pick(*replicas_[0]).numel();
-    collective_->all_reduce_sum(buffers, count);
-    for (auto& r : replicas_) r->device->axpby(pick(*r), pick(*r), 0.0f, scale);
+    for (auto& r : replicas_) {
+      r->device->axpby(pick(*r), pick(*r), 0.0f, r->share);
+      buffers.push_back(pick(*r).memory());
+    }
+    collective_->all_reduce_sum(buffers, pick(*replicas_[0]).numel());
   };
   average([](Replica& r) { return r.net.parameters(); });
   const size_t states = replicas_[0]->optimizer->state().size();
@@ -337,70 +542,17 @@ void Trainer::average_replicas() {
     average([k](Replica& r) { return r.optimizer->state()[k].second; });
 }
 
-void Trainer::run_step(int64_t step_in_epoch) {
-  const size_t n = replicas_.size();
-  const bool all_reduce = options_.average_every <= 0;
-  const float grad_scale = all_reduce ? 1.0f / static_cast<float>(replica_count_) : 1.0f;
-  const bool bucketed = all_reduce && overlap_;
-  // One local replica records its whole step, the all-reduce included when there are other
-  // processes and their collective can be captured (NCCL), bucketed sums too: their streams
-  // fork from and join the recorded stream. Several local replicas driven from one thread run
-  // their bucketed steps eagerly (each device's graph would hold one side of a cross-device
-  // NCCL group; not attempted).
-  const bool whole_step_local =
-      n == 1 && (replica_count_ == 1 || (all_reduce && collective_->capturable()));
-  if (whole_step_local) {
-    Replica& r = *replicas_[0];
-    auto whole_step = [&] {
-      if (bucketed) {
-        forward_replica(r);
-        backward_in_buckets();
-      } else {
-        step_replica(r);
-        if (replica_count_ > 1)
-          collective_->all_reduce_sum({r.net.gradients().memory()}, r.net.parameter_count());
-      }
-      update_replica(r, grad_scale);
-    };
-    // The first step runs eagerly (it allocates every buffer); the second is captured once.
-    if (r.captured) {
-      r.captured->replay();
-    } else if (options_.capture && !r.capture_tried && step_in_epoch > 0) {
-      r.capture_tried = true;
-      r.captured = r.device->capture(whole_step);
-      if (r.captured) r.captured->replay(); else whole_step();
-    } else {
-      whole_step();
-    }
-  } else if (bucketed) {  // one thread queues every device's step
-    for (auto& r : replicas_) forward_replica(*r);
-    backward_in_buckets();
-    for (auto& r : replicas_) update_replica(*r, grad_scale);
-  } else {
-    run_on_replicas([&](Replica& r) { step_replica(r); });
-    if (all_reduce) {
-      std::vector<DeviceMemory> grads;
-      for (auto& r : replicas_) grads.push_back(r->net.gradients().memory());
-      collective_->all_reduce_sum(grads, replicas_[0]->net.parameter_count());
-    }
-    run_on_replicas([&](Replica& r) { update_replica(r, grad_scale); });
-    if (!all_reduce && (global_step_ + 1) % options_.average_every == 0) average_replicas();
-  }
-}
-
 EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_progress,
                                 double interval) {
   const int64_t epoch = epochs_done_ + 1;
   const int64_t steps = steps_per_epoch();
-  const size_t n = replicas_.size();
-  const bool all_reduce = options_.average_every <= 0;
   upload_epoch_tables(epoch);
   for (auto& r : replicas_) r->device->synchronize();
   const double start = now_seconds();
   double last_report = start;
   for (int64_t s = 0; s < steps; ++s) {
     collective_->begin_step(global_step_ + 1);  // for the watchdog and its messages
-    run_step(s);
+    strategy_->step(*this, *workers_, global_step_);
     ++global_step_;
     const double t = now_seconds();
     if (on_progress && t - last_report >= interval) {
@@ -410,8 +562,8 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
       on_progress({s + 1, steps, loss_sum / static_cast<double>(s + 1), t - start});
     }
   }
-  if (!all_reduce && global_step_ % options_.average_every != 0) average_replicas();
-  double loss_sum = 0.0;  // the mean over replicas of their batch-loss sums; reading waits
+  strategy_->end_epoch(*this, global_step_);
+  double loss_sum = 0.0;  // the replicas' batch-loss sums weighted by their shares; reading waits
   if (options_.process_count > 1) {  // every process reports the mean over all processes
     std::vector<DeviceMemory> sums;
     for (auto& r : replicas_) sums.push_back(r->loss_sum.memory());
@@ -423,7 +575,7 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
     for (auto& r : replicas_) {
       float replica_sum = 0.0f;
       r->loss_sum.to_host(&replica_sum, sizeof(float));
-      loss_sum += replica_sum / static_cast<double>(n);
+      loss_sum += replica_sum * static_cast<double>(r->share);
     }
   }
   for (auto& r : replicas_) r->net.set_batches_tracked(global_step_);

@@ -19,6 +19,7 @@
 #include "core/dataset.h"
 #include "models/network.h"
 #include "models/optimizer.h"
+#include "models/data_parallel.h"
 #include "models/schedule.h"
 
 namespace trident {
@@ -43,7 +44,9 @@ struct TrainOptions {
   AugmentConfig augment;
   uint64_t seed = 1;              // initial weights, shuffling, dropout, augmentation
   bool capture = true;            // replay the step as a captured graph where the device can
-  int64_t average_every = 0;      // 0: gradient all-reduce every step; K > 0: average weights every K steps
+  // 0: gradient all-reduce every step; K > 0: average weights every K steps; -1: average, with
+  // K chosen so that averaging costs at most a tenth of the steps (measured; see split_by_speed).
+  int64_t average_every = 0;
   int64_t eval_batch = 1000;
   // Several processes training together (an MPI job; the CLI sets these under mpirun): this
   // process's devices are replicas [process_rank * devices, ...) of process_count * devices,
@@ -56,6 +59,14 @@ struct TrainOptions {
   // overlap = false (or TRIDENT_OVERLAP=0) sums once after backward, for comparison.
   bool overlap = true;
   int64_t bucket_bytes = 0;
+  // How the global batch is split over this process's devices: empty, evenly; else one positive
+  // share per device (e.g. {30, 1}: the first device takes 30/31 of every batch), for sets of
+  // devices of different speeds (one process only). measure_split() finds shares by speed.
+  std::vector<double> split;
+  // Measure each local device's step and split the batch in proportion to their speeds (one
+  // process): a device too slow to take 1% of the batch is left out, with a message, so that
+  // adding a device never makes the set slower than its fastest device alone.
+  bool split_by_speed = false;
 };
 
 struct EpochStats {
@@ -81,7 +92,7 @@ struct Progress {
 // A fresh, unbuilt network: called once per device (every replica gets its own).
 using ModelFactory = std::function<Network()>;
 
-class Trainer {
+class Trainer : private ReplicaSteps {
  public:
   Trainer(std::vector<Device*> devices, ModelFactory model, const DatasetSplits& data,
           TrainOptions options = {});
@@ -108,6 +119,12 @@ class Trainer {
   std::string collective_name() const { return collective_->name(); }
   // True when the gradient sum overlaps backward (bucketed); see TrainOptions::overlap.
   bool overlaps_backward() const { return overlap_; }
+  // How the replicas combine their steps ("gradient all-reduce, one captured step", ...).
+  std::string sync_description() const;
+  // The samples of each global batch each local device takes.
+  std::vector<int64_t> batch_sizes() const;
+  // What split_by_speed measured and decided ("" when it did not run).
+  const std::string& balance_report() const { return balance_report_; }
 
   // Training checkpoint (models/checkpoint.cpp): the weights and buffers under their
   // state-dict names, the optimizer state under "optimizer.", the settings and counters as
@@ -120,24 +137,33 @@ class Trainer {
   struct ResidentData;
 
  private:
+  static std::vector<int64_t> batch_split(const TrainOptions& o, size_t local);
+  void balance_by_speed();
+  void resize_replica_batch(Replica& r, int64_t batch, int64_t offset);
+  void choose_strategy();
   void upload_epoch_tables(int64_t epoch);
   void upload_schedule();
-  void run_step(int64_t step_in_epoch);
-  void forward_replica(Replica& r);
-  void step_replica(Replica& r);
-  void update_replica(Replica& r, float grad_scale);
-  void backward_in_buckets();
-  void run_on_replicas(const std::function<void(Replica&)>& work);
-  void average_replicas();
+  // ReplicaSteps: what the sync strategy asks for (models/data_parallel.h).
+  size_t replicas() const override { return replicas_.size(); }
+  void forward(size_t i) override;
+  void backward(size_t i) override;
+  void backward_all_in_buckets() override;
+  void update(size_t i) override;
+  void sum_gradients() override;
+  void sum_gradients_of(size_t i) override;
+  void average_weights() override;
+  void run_step(size_t i, const std::function<void()>& step, bool capture) override;
 
   TrainOptions options_;
   LossSpec loss_;
   std::string model_name_;
   std::string data_source_;  // for messages: where the test split came from
+  std::string balance_report_;
   std::vector<std::shared_ptr<ResidentData>> data_;  // one per memory space
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Collective> collective_;
-  int64_t per_replica_batch_ = 0;
+  std::unique_ptr<SyncStrategy> strategy_;
+  std::unique_ptr<ReplicaWorkers> workers_;
   bool overlap_ = false;          // gradient sums in buckets during backward
   int64_t bucket_bytes_ = 0;
   int64_t replica_count_ = 1;  // replicas in all processes

@@ -270,6 +270,22 @@ TEST_CASE("conformance: count_correct counts the first maximum, ties included",
   }
 }
 
+TEST_CASE("conformance: the front rejects empty planes and windows larger than the padded input",
+          "[conformance][pool][front]") {
+  FOR_EACH_DEVICE(device) {
+    Pool2dShape empty = pool(1, 1, 0, 4, 2, 2, 2, 2, 1, 1);  // padding would make windows of nothing
+    Tensor x = Tensor::zeros(*device, {4}), y = Tensor::zeros(*device, {4});
+    Tensor argmax = Tensor::zeros(*device, {4}, DType::i32);
+    CHECK_THROWS_AS(device->maxpool2d_forward(empty, x.view(0, {0}), y.view(0, {0}),
+                                              argmax.view(0, {0})),
+                    ShapeError);
+    CHECK_THROWS_AS(device->avgpool2d_forward(empty, x.view(0, {0}), y.view(0, {0})), ShapeError);
+    Pool2dShape big = pool(1, 1, 2, 2, 5, 5, 1, 1);
+    CHECK_THROWS_WITH(device->maxpool2d_forward(big, x, y.view(0, {1}), argmax.view(0, {1})),
+                      Catch::Contains("larger than the padded"));
+  }
+}
+
 TEST_CASE("conformance: avgpool2d forward and backward, padding counted, global pooling",
           "[conformance][avgpool]") {
   FOR_EACH_DEVICE(device) {

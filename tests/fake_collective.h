@@ -4,7 +4,10 @@
 // would have met on GPUs: recordings still holding it (NCCL's finalize waits for them forever),
 // or peers that will never come while it was not aborted (the finalize waits for them too).
 #pragma once
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -106,6 +109,88 @@ class TeardownCheckingCollective : public Collective {
   int processes_;
   TeardownReport& report_;
   std::shared_ptr<int> token_;  // one reference per recording that holds this collective
+};
+
+// A CPU device whose capture records the step and whose replay runs it again, as a graph
+// replays the same work: captured training then computes what eager training does.
+class ReplayingCpuDevice : public CpuDevice {
+ public:
+  explicit ReplayingCpuDevice(int index) : CpuDevice(index, 1, "CPU that replays (test)") {}
+  int captures = 0;
+  std::shared_ptr<int> replays = std::make_shared<int>(0);
+
+ protected:
+  std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override {
+    struct Replay : CapturedWork {
+      std::function<void()> step;
+      std::shared_ptr<int> count;
+      void replay() override {
+        step();
+        ++*count;
+      }
+    };
+    auto replay = std::make_unique<Replay>();
+    replay->step = step;
+    replay->count = replays;
+    ++captures;
+    return replay;
+  }
+};
+
+// A per-device collective, as NCCL is with one thread per GPU: each device's thread hands in
+// its buffer, all of them wait for the last, each takes the sum. Capturable: the sum is part of
+// a replayed step.
+class PerDeviceCollective : public Collective {
+ public:
+  explicit PerDeviceCollective(std::vector<Device*> devices)
+      : devices_(std::move(devices)), parts_(devices_.size()) {}
+  std::string name() const override { return "per-device (test)"; }
+  bool capturable() const override { return true; }
+  bool per_device() const override { return true; }
+  int per_device_calls = 0;
+
+  void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
+    const size_t n = static_cast<size_t>(count);
+    std::vector<float> sum(n, 0.0f), part(n);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      devices_[d]->copy_to_host(part.data(), buffers[d], n * sizeof(float));
+      for (size_t k = 0; k < n; ++k) sum[k] += part[k];
+    }
+    for (size_t d = 0; d < devices_.size(); ++d)
+      devices_[d]->copy_from_host(buffers[d], sum.data(), n * sizeof(float));
+  }
+
+  void all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) override {
+    const size_t n = static_cast<size_t>(count);
+    std::vector<float> mine(n);
+    devices_[index]->copy_to_host(mine.data(), buffer, n * sizeof(float));
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t round = round_;
+    parts_[index] = std::move(mine);
+    ++per_device_calls;
+    if (++arrived_ == devices_.size()) {  // the last one sums for everyone
+      sum_.assign(n, 0.0f);
+      for (const auto& p : parts_)
+        for (size_t k = 0; k < n; ++k) sum_[k] += p[k];
+      arrived_ = 0;
+      ++round_;
+      all_in_.notify_all();
+    } else {
+      all_in_.wait(lock, [&] { return round_ != round; });
+    }
+    const std::vector<float> sum = sum_;
+    lock.unlock();
+    devices_[index]->copy_from_host(buffer, sum.data(), n * sizeof(float));
+  }
+
+ private:
+  std::vector<Device*> devices_;
+  std::vector<std::vector<float>> parts_;
+  std::vector<float> sum_;
+  std::mutex mutex_;
+  std::condition_variable all_in_;
+  size_t arrived_ = 0;
+  uint64_t round_ = 0;
 };
 
 }  // namespace trident::testing

@@ -846,3 +846,74 @@ TEST_CASE("data parallel: TRIDENT_COLLECTIVE_TIMEOUT_S", "[data-parallel][timeou
   ScopedEnv bad("TRIDENT_COLLECTIVE_TIMEOUT_S", "soon");
   CHECK_THROWS_WITH(collective_timeout_seconds(), Catch::Contains("TRIDENT_COLLECTIVE_TIMEOUT_S"));
 }
+
+TEST_CASE("data parallel: with a per-device collective every device runs its own captured step "
+          "on its own thread, and the run equals one device", "[data-parallel][per-device]") {
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      const TestOptions o = small_options(model);  // 8 steps of 100
+      auto registry = cpu_registry(1);
+      Trainer one({registry->all_devices()[0]}, model_of(o), data, o);
+      const double one_loss = one.train_epoch().train_loss;
+      trident::testing::ReplayingCpuDevice a(0), b(1);
+      trident::testing::PerDeviceCollective* collective = nullptr;
+      TestOptions two = o;
+      two.collective = [&](const std::vector<Device*>& devices) {
+        auto c = std::make_unique<trident::testing::PerDeviceCollective>(devices);
+        collective = c.get();
+        return std::unique_ptr<Collective>(std::move(c));
+      };
+      Trainer pair({&a, &b}, model_of(two), data, two);
+      CHECK_THAT(pair.sync_description(), Catch::Contains("a captured step per device"));
+      const double pair_loss = pair.train_epoch().train_loss;
+      CHECK(a.captures == 1);  // step 1 eager, step 2 captured, the rest replayed
+      CHECK(b.captures == 1);
+      CHECK(*a.replays == 7);
+      CHECK(collective->per_device_calls == 16);  // every step, every device
+      CHECK(pair_loss == Approx(one_loss).epsilon(1e-5));
+      CHECK(relative_max_error(pair.network().parameters().to_host(),
+                               one.network().parameters().to_host()) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("data parallel: an uneven batch split (devices of different speeds) trains the "
+          "model one device trains at the same global batch", "[data-parallel][split]") {
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
+  auto registry = cpu_registry(2);
+  const std::vector<Device*> pair = registry->all_devices();
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      TestOptions o = small_options(model);
+      Trainer one({pair[0]}, model_of(o), data, o);
+      const double one_loss = one.train_epoch().train_loss;
+      o.split = {3.0, 1.0};
+      Trainer uneven(pair, model_of(o), data, o);
+      CHECK(uneven.batch_sizes() == std::vector<int64_t>{75, 25});
+      const double uneven_loss = uneven.train_epoch().train_loss;
+      CHECK(uneven_loss == Approx(one_loss).epsilon(1e-5));
+      CHECK(relative_max_error(uneven.network().parameters().to_host(),
+                               one.network().parameters().to_host()) < 1e-4);
+      // Model averaging weights each replica by its share: averaging every step with plain SGD
+      // is the same algorithm as the all-reduce.
+      if (model == "mlp") {
+        TestOptions averaging = o;
+        averaging.optimizer.momentum = 0.0f;
+        TestOptions reduce = averaging;
+        averaging.average_every = 1;
+        Trainer avg(pair, model_of(averaging), data, averaging);
+        Trainer red(pair, model_of(reduce), data, reduce);
+        avg.train_epoch();
+        red.train_epoch();
+        CHECK(relative_max_error(avg.network().parameters().to_host(),
+                                 red.network().parameters().to_host()) < 1e-4);
+      }
+    }
+  }
+  TestOptions bad = small_options("mlp");
+  bad.split = {1.0};
+  CHECK_THROWS_WITH(Trainer(pair, model_of(bad), data, bad), Catch::Contains("1 shares for 2"));
+  bad.split = {1.0, -1.0};
+  CHECK_THROWS_WITH(Trainer(pair, model_of(bad), data, bad), Catch::Contains("positive"));
+}

@@ -1,7 +1,9 @@
 // The CUDA backend: finds the GPUs at run time and makes one CudaDevice for each; a machine with
 // no driver or no GPU reports why and has no CUDA devices (never an error by itself).
+#include <cstdint>
 #include <cstdio>
 
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_device.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -82,6 +84,10 @@ class CudaBackend final : public Backend {
                       (tf32 ? ", TF32 tensor-core GEMM (TRIDENT_CUDA_TF32=1)" : "");
         info.memory_bytes = prop.totalGlobalMem;
         info.compute_units = prop.multiProcessorCount;
+        // No element limit: every kernel indexes in int64 wherever an op may pass 2^31
+        // elements (kernels/cuda/launch.cuh's fits_int32 picks int32 only where it fits);
+        // cuBLAS's 32-bit sizes are checked per GEMM (backends/cuda/cublas_gemm.cpp).
+        info.limits.max_elements = INT64_MAX;
         devices.push_back(std::make_unique<CudaDevice>(ordinal, std::move(info), tf32));
       } catch (const Error& e) {
         failures += (failures.empty() ? "" : "; ") + std::string("cuda:") +

@@ -1,17 +1,23 @@
-// CudaDevice's plumbing: stream and library handles, memory, copies, synchronisation, and the
-// capture of a whole step into a CUDA graph.
+// CudaDevice's plumbing: stream, GEMM policy and reduction scratch, memory, copies, fills,
+// synchronisation, and the capture of a whole step into a CUDA graph.
 #include "backends/cuda/cuda_device.h"
 
 #include <cstdio>
 
+#include "backends/cuda/cublas_gemm.h"
+#include "backends/cuda/cuda_check.h"
 #include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace trident::cuda {
 namespace {
 
-// cuBLAS and cuBLASLt scratch: NVIDIA's recommendation for Hopper is 32 MiB.
-constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+// Reduction scratch: 2^17 partial results (1 MiB of doubles) cover a grid of thousands of
+// blocks over tens of thousands of channels; channel counts past what fits run one block per
+// channel, which needs no scratch (kernels/cuda/channel_reduce.cuh).
+constexpr int64_t kPartialWords = int64_t(1) << 17;
+constexpr int64_t kCoefficientWords = int64_t(1) << 17;
+constexpr size_t kCounterBytes = 256;
 
 // A recorded step: an instantiated CUDA graph replayed on the device's stream.
 class CudaGraphWork final : public CapturedWork {
@@ -38,20 +44,22 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
   make_current();
   try {
     TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), ordinal_);
-    TRIDENT_CUDA_CHECK(cublasCreate(&blas_), ordinal_);
-    TRIDENT_CUDA_CHECK(cublasSetStream(blas_, stream_), ordinal_);
-    TRIDENT_CUDA_CHECK(
-        cublasSetMathMode(blas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-        ordinal_);
-    TRIDENT_CUDA_CHECK(cublasLtCreate(&lt_), ordinal_);
-    TRIDENT_CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes), ordinal_);
-    blas_workspace_bytes_ = kBlasWorkspaceBytes;
-    TRIDENT_CUDA_CHECK(cublasSetWorkspace(blas_, blas_workspace_, blas_workspace_bytes_),
-                       ordinal_);
+    gemm_ = std::make_unique<CublasGemm>(ordinal_, stream_, tf32_);
+    const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
+    const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
+    const size_t bytes = partial_bytes + coefficient_bytes + kCounterBytes;
+    TRIDENT_CUDA_CHECK(cudaMalloc(&scratch_memory_, bytes), ordinal_);
+    TRIDENT_CUDA_CHECK(cudaMemset(scratch_memory_, 0, bytes), ordinal_);  // the counter starts at 0
+    TRIDENT_CUDA_CHECK(cudaDeviceSynchronize(), ordinal_);
+    char* base = static_cast<char*>(scratch_memory_);
+    scratch_.partials = reinterpret_cast<double*>(base);
+    scratch_.partial_words = kPartialWords;
+    scratch_.coefficients = reinterpret_cast<float*>(base + partial_bytes);
+    scratch_.coefficient_words = kCoefficientWords;
+    scratch_.counter = reinterpret_cast<unsigned int*>(base + partial_bytes + coefficient_bytes);
   } catch (...) {
-    if (lt_) cublasLtDestroy(lt_);
-    if (blas_) cublasDestroy(blas_);
-    if (blas_workspace_) cudaFree(blas_workspace_);
+    gemm_.reset();
+    if (scratch_memory_) cudaFree(scratch_memory_);
     if (stream_) cudaStreamDestroy(stream_);
     throw;
   }
@@ -61,22 +69,22 @@ CudaDevice::~CudaDevice() {
   release_pool();
   make_current();
   cudaStreamSynchronize(stream_);  // errors are moot now; everything below is released anyway
-  for (auto& entry : plans_) {
-    LtPlan& plan = entry.second;
-    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-    if (plan.operation) cublasLtMatmulDescDestroy(plan.operation);
-  }
-  cublasLtDestroy(lt_);
-  cublasDestroy(blas_);
-  cudaFree(blas_workspace_);
+  gemm_.reset();
+  cudaFree(scratch_memory_);
   cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
 }
 
-void CudaDevice::make_current() const {
-  TRIDENT_CUDA_CHECK(cudaSetDevice(ordinal_), ordinal_);
+void CudaDevice::make_current() const { TRIDENT_CUDA_CHECK(cudaSetDevice(ordinal_), ordinal_); }
+
+KernelContext CudaDevice::kernel_context(bool with_error_flag) {
+  make_current();
+  KernelContext ctx;
+  ctx.stream = stream_;
+  ctx.sms = info_.compute_units;
+  ctx.scratch = scratch_;
+  if (with_error_flag) ctx.error_flag = device_ptr<int32_t>(error_flag());
+  return ctx;
 }
 
 void CudaDevice::check_launch(const char* kernel) const {
@@ -89,7 +97,7 @@ void CudaDevice::check_launch(const char* kernel) const {
 
 // ---- memory -------------------------------------------------------------------------------
 
-void* CudaDevice::raw_allocate(size_t bytes) {
+void* CudaDevice::do_allocate(size_t bytes) {
   make_current();
   void* pointer = nullptr;
   const cudaError_t status = cudaMalloc(&pointer, bytes);
@@ -107,7 +115,7 @@ void* CudaDevice::raw_allocate(size_t bytes) {
   return pointer;
 }
 
-void CudaDevice::raw_free(void* handle) noexcept {
+void CudaDevice::do_free(void* handle) noexcept {
   if (!handle) return;
   // The block may still be used by queued work: wait for it first (cudaFree would wait for the
   // whole device anyway). Errors cannot be thrown from here; they are reported, not ignored.
@@ -122,8 +130,7 @@ void CudaDevice::raw_free(void* handle) noexcept {
   }
 }
 
-void CudaDevice::copy_from_host(DeviceMemory dst, const void* host, size_t bytes) {
-  if (bytes == 0) return;
+void CudaDevice::do_copy_from_host(DeviceMemory dst, const void* host, size_t bytes) {
   make_current();
   TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device_ptr<char>(dst), host, bytes, cudaMemcpyHostToDevice,
                                      stream_),
@@ -132,8 +139,7 @@ void CudaDevice::copy_from_host(DeviceMemory dst, const void* host, size_t bytes
   TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_), ordinal_);
 }
 
-void CudaDevice::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
-  if (bytes == 0) return synchronize();
+void CudaDevice::do_copy_to_host(void* host, DeviceMemory src, size_t bytes) {
   make_current();
   TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device_ptr<char>(src), bytes, cudaMemcpyDeviceToHost,
                                      stream_),
@@ -141,35 +147,39 @@ void CudaDevice::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
   TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_), ordinal_);
 }
 
-void CudaDevice::copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
-  if (bytes == 0) return;
+void CudaDevice::do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
   make_current();
   TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device_ptr<char>(dst), device_ptr<char>(src), bytes,
                                      cudaMemcpyDeviceToDevice, stream_),
                      ordinal_);
 }
 
-void CudaDevice::fill(DeviceMemory dst, int64_t count, float value) {
-  if (count <= 0) return;
-  make_current();
-  if (value == 0.0f) {  // all-zero bytes: also the int32 zero
-    TRIDENT_CUDA_CHECK(cudaMemsetAsync(device_ptr<char>(dst), 0, size_t(count) * sizeof(float),
-                                       stream_),
-                       ordinal_);
+void CudaDevice::do_fill(const Tensor& dst, float value) {
+  const KernelContext ctx = kernel_context();
+  if (value == 0.0f) {  // all-zero bytes: the zero of every dtype
+    TRIDENT_CUDA_CHECK(cudaMemsetAsync(device_ptr<char>(dst), 0, dst.bytes(), stream_), ordinal_);
     return;
   }
-  launch_fill(stream_, device_ptr<float>(dst), count, value);
+  switch (dst.dtype()) {
+    case DType::f32: launch_fill_f32(ctx, device_ptr<float>(dst), dst.numel(), value); break;
+    case DType::i32:
+      launch_fill_i32(ctx, device_ptr<int32_t>(dst), dst.numel(), int32_t(value));
+      break;
+    default:
+      throw ShapeError(info_.id() + ": fill with a non-zero value supports F32 and I32, not " +
+                       dtype_name(dst.dtype()));
+  }
   check_launch("fill");
 }
 
-void CudaDevice::synchronize() {
+void CudaDevice::do_synchronize() {
   make_current();
   TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_), ordinal_);
 }
 
 // ---- capture ------------------------------------------------------------------------------
 
-std::unique_ptr<CapturedWork> CudaDevice::capture(const std::function<void()>& step) {
+std::unique_ptr<CapturedWork> CudaDevice::do_capture(const std::function<void()>& step) {
   make_current();
   // Thread-local mode: other threads driving other GPUs are not disturbed by this capture.
   TRIDENT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), ordinal_);

@@ -1,59 +1,24 @@
-// CudaDevice: one NVIDIA GPU behind the Device interface (one non-blocking stream, cuBLAS and
-// cuBLASLt handles with a persistent workspace, CUDA-graph capture, kernels from kernels/cuda).
+// CudaDevice: one NVIDIA GPU behind the Device contract. It holds the stream, the GEMM policy
+// (cuBLAS / cuBLASLt, backends/cuda/cublas_gemm.h) and the reduction scratch; every op queues
+// kernels from kernels/cuda on the one stream, never synchronises and never allocates, so that
+// a whole training step can be captured as a CUDA graph. The ops' host sides are
+// backends/cuda/ops_<family>.cpp, one file per op family as in kernels/cuda.
 #pragma once
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
-#include "backends/cuda/cuda_check.h"
 #include "core/device.h"
+#include "kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 
-// What selects a cuBLASLt plan: the shape, strides, fused epilogue and operand alignments.
-struct LtKey {
-  int64_t m, n, k, lda, ldb, ldc;
-  uint32_t align_a, align_b, align_c;
-  uint8_t trans_a, trans_b, bias, relu;
-  bool operator==(const LtKey& o) const {
-    return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
-           align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
-           trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias && relu == o.relu;
-  }
-};
-struct LtKeyHash {
-  size_t operator()(const LtKey& key) const {
-    const uint64_t words[] = {uint64_t(key.m), uint64_t(key.n), uint64_t(key.k),
-                              uint64_t(key.lda), uint64_t(key.ldb), uint64_t(key.ldc),
-                              uint64_t(key.align_a) | uint64_t(key.align_b) << 16 |
-                                  uint64_t(key.align_c) << 32 | uint64_t(key.trans_a) << 48 |
-                                  uint64_t(key.trans_b) << 50 | uint64_t(key.bias) << 52 |
-                                  uint64_t(key.relu) << 54};
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t w : words) h = (h ^ w) * 1099511628211ull;
-    return size_t(h);
-  }
-};
-
-// A cached cuBLASLt plan for one GEMM shape: descriptors plus the algorithm the heuristic chose
-// (or usable == false: this shape goes through cublasSgemm and the epilogue kernel).
-struct LtPlan {
-  bool usable = false;
-  cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLAS order: B^T, A^T, C^T
-  cublasLtMatmulAlgo_t algo{};
-  size_t workspace_bytes = 0;
-};
+class CublasGemm;
 
 class CudaDevice final : public Device {
  public:
-  // Makes `ordinal` current on the calling thread and creates the stream, handles and workspace.
+  // Makes `ordinal` current on the calling thread and creates the stream, handles and scratch.
   CudaDevice(int ordinal, DeviceInfo info, bool tf32);
   ~CudaDevice() override;
 
@@ -67,89 +32,119 @@ class CudaDevice final : public Device {
   // Makes this device current on the calling thread (several threads drive several devices).
   void make_current() const;
 
-  void* raw_allocate(size_t bytes) override;
-  void raw_free(void* handle) noexcept override;
-  void copy_from_host(DeviceMemory dst, const void* host, size_t bytes) override;
-  void copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
-  void copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
-  void fill(DeviceMemory dst, int64_t count, float value) override;
-  void synchronize() override;
+ protected:
+  // ---- cuda_device.cpp: memory, copies, ordering, capture
+  void* do_allocate(size_t bytes) override;
+  void do_free(void* handle) noexcept override;
+  void do_copy_from_host(DeviceMemory dst, const void* host, size_t bytes) override;
+  void do_copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
+  void do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
+  void do_fill(const Tensor& dst, float value) override;
+  void do_synchronize() override;
+  std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override;
 
-  std::unique_ptr<CapturedWork> capture(const std::function<void()>& step) override;
+  // ---- ops_gemm.cpp
+  void do_gemm(const GemmArgs& args) override;
+  void do_gemm_fused(const GemmArgs& args) override;
 
-  void gemm(const GemmArgs& args) override;
-  void sum_rows(DeviceMemory dy, int64_t rows, int64_t cols, DeviceMemory db, float beta) override;
-  void axpby(DeviceMemory x, DeviceMemory y, int64_t n, float a, float b) override;
+  // ---- ops_elementwise.cpp
+  void do_axpby(const Tensor& x, const Tensor& y, float a, float b) override;
+  void do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) override;
+  void do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                         const Tensor& dx, float alpha) override;
+  void do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset, float p,
+                  uint64_t seed, uint32_t stream, const Tensor& step_state) override;
 
-  void relu_forward(DeviceMemory x, DeviceMemory y, int64_t n) override;
-  void relu_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t n) override;
-  void dropout(DeviceMemory x, DeviceMemory y, int64_t n, int64_t group, int64_t group_offset,
-               float p, uint64_t seed, uint32_t stream, DeviceMemory step_state) override;
+  // ---- ops_channel.cpp
+  void do_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                         const Tensor& y, int64_t outer, int64_t channels,
+                         int64_t inner) override;
+  void do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out, int64_t outer,
+                       int64_t channels, int64_t inner, float beta) override;
 
-  size_t conv2d_workspace_bytes(const Conv2dShape& s) const override;
-  void conv2d_forward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory b,
-                      DeviceMemory y, DeviceMemory workspace) override;
-  void conv2d_backward(const Conv2dShape& s, DeviceMemory x, DeviceMemory w, DeviceMemory dy,
-                       DeviceMemory dx, DeviceMemory dw, DeviceMemory db,
-                       DeviceMemory workspace,
-                       bool after_forward) override;
-  void maxpool2d_forward(const Pool2dShape& s, DeviceMemory x, DeviceMemory y,
-                         DeviceMemory argmax) override;
-  void maxpool2d_backward(const Pool2dShape& s, DeviceMemory dy, DeviceMemory argmax,
-                          DeviceMemory dx) override;
+  // ---- ops_conv2d.cpp
+  size_t do_conv2d_workspace_bytes(const Conv2dShape& s) const override;
+  bool do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& y, const Tensor& workspace) override;
+  bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                          const Tensor& workspace, bool workspace_valid) override;
+  void do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) override;
+  void do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) override;
 
-  void log_softmax_forward(DeviceMemory x, DeviceMemory y, int64_t rows, int64_t cols) override;
-  void log_softmax_backward(DeviceMemory y, DeviceMemory dy, DeviceMemory dx, int64_t rows,
-                            int64_t cols) override;
-  void nll_loss_forward(DeviceMemory logp, DeviceMemory labels, int64_t rows, int64_t cols,
-                        DeviceMemory loss, bool accumulate) override;
-  void nll_loss_backward(DeviceMemory labels, int64_t rows, int64_t cols, float scale,
-                         DeviceMemory dlogp) override;
-  void log_softmax_nll(DeviceMemory x, DeviceMemory labels, int64_t rows, int64_t cols,
-                       float grad_scale, DeviceMemory y, DeviceMemory loss, bool accumulate,
-                       DeviceMemory dx) override;
-  void count_correct(DeviceMemory scores, DeviceMemory labels, int64_t rows, int64_t cols,
-                     DeviceMemory correct) override;
+  // ---- ops_pool2d.cpp
+  void do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                            const Tensor& argmax) override;
+  void do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                             const Tensor& dx) override;
+  void do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) override;
+  void do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) override;
 
-  void gather_rows(DeviceMemory src, size_t row_bytes, DeviceMemory table, int64_t rows,
-                   DeviceMemory step_state, DeviceMemory dst) override;
-  void advance_step(DeviceMemory step_state) override;
-  void sgd_update(DeviceMemory params, DeviceMemory grads, DeviceMemory momentum, int64_t n,
-                  const SgdParams& hp) override;
-  void adam_update(DeviceMemory params, DeviceMemory grads, DeviceMemory m, DeviceMemory v,
-                   int64_t n, const AdamParams& hp, DeviceMemory step_state) override;
+  // ---- ops_batchnorm.cpp
+  void do_batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                            const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
+                            const Tensor& save_invstd) override;
+  void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
+                             const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
+                             const Tensor& dbeta) override;
+
+  // ---- ops_softmax_nll.cpp
+  void do_log_softmax_forward(const Tensor& x, const Tensor& y) override;
+  void do_log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void do_nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,
+                           bool accumulate, float label_smoothing) override;
+  void do_nll_loss_backward(const Tensor& labels, const Tensor& dlogp, float scale,
+                            float label_smoothing) override;
+  void do_log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,
+                          float label_smoothing, const Tensor& y, const Tensor& loss,
+                          bool accumulate, const Tensor& dx) override;
+  void do_mse_loss(const Tensor& x, const Tensor& labels, float grad_scale, const Tensor& loss,
+                   bool accumulate, const Tensor& dx) override;
+  void do_count_correct(const Tensor& scores, const Tensor& labels,
+                        const Tensor& correct) override;
+
+  // ---- ops_gather.cpp
+  void do_gather_rows(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                      const Tensor& dst) override;
+  void do_gather_samples(const Tensor& src, const Tensor& table, const Tensor& step_state,
+                         const SampleTransform& transform, const Tensor& dst) override;
+  void do_advance_step(const Tensor& step_state) override;
+
+  // ---- ops_optimizers.cpp
+  void do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                     const SgdParams& hp, const UpdateControl& control,
+                     const Tensor& step_state) override;
+  void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
+                      const Tensor& v, const AdamParams& hp, const UpdateControl& control,
+                      const Tensor& step_state) override;
 
  private:
-  // Row-major C[m,n] = alpha op(A) op(B) + beta C for `batch` matrices `stride_*` floats apart
-  // (batch 1: one plain GEMM), through cublasSgemm(StridedBatched) with the operands swapped.
-  void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-             const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
-             int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
-             int64_t batch = 1);
-  // The cached cuBLASLt plan for this GEMM (bias per column and/or ReLU fused), built on first use.
-  const LtPlan& lt_plan(const LtKey& key, const float* bias);
-  // Throws BackendError naming the kernel if its launch failed.
+  // Makes the device current and returns what its kernels are launched with; the error flag
+  // only for ops that may meet bad data (it is allocated on first use, before any capture).
+  KernelContext kernel_context(bool with_error_flag = false);
+  // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
 
   DeviceInfo info_;
   int ordinal_ = 0;
   bool tf32_ = false;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
-  // Scratch for cuBLAS and cuBLASLt (one stream: never used by both at once). Allocated once,
-  // so that no GEMM allocates, inside a CUDA graph capture or out of it.
-  void* blas_workspace_ = nullptr;
-  size_t blas_workspace_bytes_ = 0;
-
-  std::mutex plans_mutex_;
-  std::unordered_map<LtKey, LtPlan, LtKeyHash> plans_;
+  std::unique_ptr<CublasGemm> gemm_;
+  void* scratch_memory_ = nullptr;  // ReduceScratch's buffers, allocated once
+  ReduceScratch scratch_;
 };
 
 // The device address of a DeviceMemory (handle plus byte offset); nullptr for a null handle.
 template <typename T>
 T* device_ptr(DeviceMemory m) {
   return m.handle ? reinterpret_cast<T*>(static_cast<char*>(m.handle) + m.offset) : nullptr;
+}
+// The device address of a tensor's data; nullptr for an undefined tensor (optional operands).
+template <typename T = float>
+T* device_ptr(const Tensor& t) {
+  return device_ptr<T>(t.memory());
 }
 
 }  // namespace trident::cuda

@@ -145,6 +145,29 @@ class NcclCollective : public Collective {
     watchdog_->mark();  // outside capture: a sum the host may wait for (the epoch's loss)
   }
 
+  // Per-device use: one thread per local GPU, each queuing its own device's part of the sum on
+  // its communicator (NCCL needs no group when each device has its own thread), so that every
+  // device's whole step, its part of the sum included, is one captured graph (issue 14). No
+  // shared lock is held across the call: a thread waiting for another's call would deadlock.
+  bool per_device() const override { return devices_.size() > 1; }
+  void all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) override {
+    throw_if_failed();
+    if (index >= devices_.size())
+      throw Error("all_reduce_sum_device: no device " + std::to_string(index) + " in " + names_);
+    if (count <= 0) return;
+    CudaDevice* d = devices_[index];
+    d->make_current();
+    float* data = reinterpret_cast<float*>(static_cast<char*>(buffer.handle) + buffer.offset);
+    const ncclResult_t result = ncclAllReduce(data, data, static_cast<size_t>(count),
+                                              ncclFloat32, ncclSum, comms_[index], d->stream());
+    if (result == ncclSuccess) return;
+    {
+      std::lock_guard<std::mutex> lock(nccl_mutex_);
+      abort_locked();
+    }
+    TRIDENT_CUDA_CHECK(result, d->ordinal());
+  }
+
   // Bucketed use, to overlap the sum with the rest of backward. start_all_reduce_sum queues the
   // sum on each device's communication stream, after the work already queued on its compute
   // stream, and returns; finish_all_reduces makes each compute stream wait for every sum started

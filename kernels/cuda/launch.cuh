@@ -1,6 +1,12 @@
-// Launch-shape helpers shared by the .cu files: grid-stride loops over int64 element counts.
+// Device-side helpers shared by the .cu files: grid sizes and grid-stride loops in 32- or 64-bit
+// indices, division by a fixed divisor, the device error flag, and reductions over a warp, a
+// block and a whole grid in a fixed order (deterministic results, no float atomics).
 #pragma once
+#include <climits>
 #include <cstdint>
+
+#include "core/device.h"  // DeviceErrorCode
+#include "kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 
@@ -13,12 +19,123 @@ inline unsigned grid_for(int64_t items, int threads = kBlockThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
-// Grid-stride loops: for (int64_t i = first_index(); i < n; i += grid_step()) { ... }
-__device__ __forceinline__ int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// Whether a grid-stride loop over [0, n) (grid_for's grids, up to 1024 threads a block) may count
+// in int32: n plus one whole grid stride stays below 2^31. 32-bit division and multiplication
+// are several times cheaper; kernels are instantiated for int32_t and int64_t and the launcher
+// picks one, so that every op is also correct past 2^31 elements.
+inline bool fits_int32(int64_t n) {
+  return n >= 0 && n < (int64_t(1) << 31) - kMaxBlocks * 1024;
 }
-__device__ __forceinline__ int64_t grid_step() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+
+template <typename I>
+__device__ __forceinline__ I first_index() {
+  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+}
+template <typename I>
+__device__ __forceinline__ I grid_step() {
+  return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+}
+
+// Division of a non-negative index by a divisor fixed at launch. The int32 form is a
+// multiply-high and a shift (Granlund and Montgomery, as PyTorch's IntDivider): for divisors in
+// [1, 2^31) and numerators in [0, 2^31); the int64 form divides.
+template <typename I>
+struct Divider;
+
+template <>
+struct Divider<int32_t> {
+  int32_t divisor = 1;
+  uint32_t magic = 1, shift = 0;
+  Divider() = default;
+  explicit Divider(int64_t d) : divisor(static_cast<int32_t>(d)) {
+    while (shift < 31 && (uint64_t(1) << shift) < uint64_t(d)) ++shift;
+    magic = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - uint64_t(d))) /
+                                      uint64_t(d) + 1);
+  }
+  __host__ __device__ __forceinline__ int32_t div(int32_t n) const {
+#if defined(__CUDA_ARCH__)
+    const uint32_t high = __umulhi(static_cast<uint32_t>(n), magic);
+#else
+    const uint32_t high =
+        static_cast<uint32_t>((uint64_t(static_cast<uint32_t>(n)) * magic) >> 32);
+#endif
+    return static_cast<int32_t>((high + static_cast<uint32_t>(n)) >> shift);
+  }
+};
+
+template <>
+struct Divider<int64_t> {
+  int64_t divisor = 1;
+  Divider() = default;
+  explicit Divider(int64_t d) : divisor(d) {}
+  __host__ __device__ __forceinline__ int64_t div(int64_t n) const { return n / divisor; }
+};
+
+// Reports bad data met by a kernel (Device::error_flag): the first report sets the code, and
+// its writer the value; the front turns it into a BackendError at the next synchronize.
+__device__ __forceinline__ void raise_error(int32_t* flag, DeviceErrorCode code, int64_t value) {
+  if (atomicCAS(flag, 0, static_cast<int32_t>(code)) == 0)
+    flag[1] = static_cast<int32_t>(value > INT_MAX ? INT_MAX : (value < INT_MIN ? INT_MIN : value));
+}
+
+// Reductions over the 32 lanes of a warp (every lane gets the result).
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {  // fmaxf: NaN lanes are ignored
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ __forceinline__ int warp_min(int v) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over a 1-D block (blockDim.x a multiple of 32, at most 1024) in a fixed order: a shuffle
+// tree within each warp, then the warps' sums in warp order. The total is valid in thread 0.
+// `shared` holds 32 values; the call ends with a barrier, so it may be reused right after.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T total = T(0);
+  if (threadIdx.x == 0)
+    for (int w = 0; w < warps; ++w) total += shared[w];
+  __syncthreads();
+  return total;
+}
+
+// One value per block of a 1-D grid summed over the grid in block order, in the same launch: each
+// block's thread 0 passes its block's value; the block that arrives last gets true, with the
+// grid's total in thread 0's `total` (its other threads get true and an unspecified total).
+// Needs gridDim.x <= scratch.partial_words. Resets the arrival counter for the next kernel.
+__device__ __forceinline__ bool grid_sum_last(double block_value, const ReduceScratch& scratch,
+                                              double* total) {
+  __shared__ bool last;
+  __shared__ double warp_values[32];
+  if (threadIdx.x == 0) {
+    scratch.partials[blockIdx.x] = block_value;
+    __threadfence();  // the partial is visible device-wide before the arrival is counted
+    last = atomicAdd(scratch.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return false;
+  // The last block: thread t adds partials t, t + blockDim.x, ... (L2 reads: other blocks wrote
+  // them), then the block sum combines the threads in a fixed order.
+  double sum = 0.0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) sum += __ldcg(&scratch.partials[b]);
+  sum = block_sum(sum, warp_values);
+  if (threadIdx.x == 0) {
+    *total = sum;
+    *scratch.counter = 0u;
+  }
+  return true;
 }
 
 }  // namespace trident::cuda

@@ -1,101 +1,232 @@
-// CUDA max pooling (NCHW, no padding): one thread per output in the forward pass; the backward
-// pass gathers per input pixel over the windows that cover it (no atomics, deterministic, and
-// the same order of additions as the CPU's scatter).
-#include "kernels/cuda/cuda_kernels.h"
+// CUDA pooling: one thread per output in the forward passes (a warp per plane for global average
+// pooling); the backward passes gather per input pixel over the windows that cover it (no
+// atomics, deterministic, and the same order of additions as the CPU's scatter).
+#include <algorithm>
+
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/pool2d.h"
 
 namespace trident::cuda {
 namespace {
 
-// Index arithmetic in I: int when every index (plus a grid stride) fits, else int64_t; 32-bit
-// division is several times cheaper.
 template <typename I>
 struct PoolDims {
-  I planes, h, w, oh, ow, k, s;
+  I h, w, kh, kw, sh, sw, ph, pw, oh, ow;
+  Divider<I> by_w, by_h, by_ow, by_oh, by_sh, by_sw;
   bool relu;
 };
 
 template <typename I>
-PoolDims<I> dims_of(const Pool2dShape& s) {
-  return {I(s.batch * s.channels), I(s.height), I(s.width), I(s.out_height()), I(s.out_width()),
-          I(s.kernel), I(s.stride), s.relu};
+PoolDims<I> pool_dims(const Pool2dShape& s) {
+  PoolDims<I> d;
+  d.h = I(s.height), d.w = I(s.width), d.kh = I(s.kernel_h), d.kw = I(s.kernel_w);
+  d.sh = I(s.stride_h), d.sw = I(s.stride_w), d.ph = I(s.pad_h), d.pw = I(s.pad_w);
+  d.oh = I(s.out_height()), d.ow = I(s.out_width());
+  d.by_w = Divider<I>(s.width), d.by_h = Divider<I>(s.height);
+  d.by_ow = Divider<I>(s.out_width()), d.by_oh = Divider<I>(s.out_height());
+  d.by_sh = Divider<I>(s.stride_h), d.by_sw = Divider<I>(s.stride_w);
+  d.relu = s.relu;
+  return d;
 }
 
-bool fits_int(const Pool2dShape& s) {
-  const int64_t planes = s.batch * s.channels;
-  return planes * s.height * s.width < (int64_t(1) << 30) &&
-         planes * s.out_height() * s.out_width() < (int64_t(1) << 30);
-}
-
-// y and argmax are [planes, OH, OW]; argmax holds h * W + w within the plane.
+// The outputs whose windows cover input coordinate `at` along one axis: window o covers
+// [o * stride - pad, o * stride - pad + kernel).
 template <typename I>
-__global__ void maxpool2d_forward_kernel(PoolDims<I> d, const float* x, float* y,
+struct Covering {
+  I first, last;
+};
+template <typename I>
+__device__ __forceinline__ Covering<I> covering(I at, I kernel, I pad, I outputs,
+                                                const Divider<I>& by_stride) {
+  const I shifted = at + pad;
+  const I first = shifted >= kernel ? by_stride.div(shifted - kernel) + 1 : I(0);
+  return {first, min(by_stride.div(shifted), outputs - 1)};
+}
+
+template <typename I>
+__global__ void maxpool2d_forward_kernel(PoolDims<I> d, I total, const float* x, float* y,
                                          int32_t* argmax) {
-  const I total = d.planes * d.oh * d.ow;
-  for (I i = I(first_index()); i < total; i += I(grid_step())) {
-    const I ow = i % d.ow, t = i / d.ow, oh = t % d.oh, plane = t / d.oh;
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I t = d.by_ow.div(i), ow = i - t * d.ow;
+    const I plane = d.by_oh.div(t), oh = t - plane * d.oh;
     const float* xp = x + int64_t(plane) * d.h * d.w;
-    I best = oh * d.s * d.w + ow * d.s;
+    const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+    const I h_lo = max(h0, I(0)), h_hi = min(h0 + d.kh, d.h);
+    const I w_lo = max(w0, I(0)), w_hi = min(w0 + d.kw, d.w);
+    I best = h_lo * d.w + w_lo;
     float best_value = xp[best];
-    for (I kh = 0; kh < d.k; ++kh) {
-      const I row = (oh * d.s + kh) * d.w + ow * d.s;
-      for (I kw = 0; kw < d.k; ++kw) {
-        const float v = xp[row + kw];
-        if (v > best_value || isnan(v)) best_value = v, best = row + kw;  // the CPU's rule
+    for (I h = h_lo; h < h_hi; ++h)
+      for (I w = w_lo; w < w_hi; ++w) {
+        const float v = xp[h * d.w + w];
+        if (v > best_value || isnan(v)) best_value = v, best = h * d.w + w;  // the CPU's rule
       }
-    }
     const bool zeroed = d.relu && !(best_value > 0.f);  // the fused ReLU
     y[i] = zeroed ? 0.f : best_value;
     argmax[i] = zeroed ? -1 : static_cast<int32_t>(best);
   }
 }
 
-// dx[plane, h, w] = sum of dy over the windows (in increasing output order) whose argmax is here.
+// dx[plane, h, w] = sum of dy over the covering windows (increasing output order) whose argmax
+// is this pixel.
 template <typename I>
-__global__ void maxpool2d_backward_kernel(PoolDims<I> d, const float* dy, const int32_t* argmax,
-                                          float* dx) {
-  const I total = d.planes * d.h * d.w;
-  for (I i = I(first_index()); i < total; i += I(grid_step())) {
-    const I w = i % d.w, t = i / d.w, h = t % d.h, plane = t / d.h;
-    // Windows oh with oh*S <= h < oh*S + K, and likewise for ow.
-    const I oh_first = h >= d.k ? (h - d.k + d.s) / d.s : 0;
-    const I oh_last = min(h / d.s, d.oh - 1);
-    const I ow_first = w >= d.k ? (w - d.k + d.s) / d.s : 0;
-    const I ow_last = min(w / d.s, d.ow - 1);
+__global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const float* dy,
+                                          const int32_t* argmax, float* dx) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I t = d.by_w.div(i), w = i - t * d.w;
+    const I plane = d.by_h.div(t), h = t - plane * d.h;
+    const Covering<I> rows = covering(h, d.kh, d.ph, d.oh, d.by_sh);
+    const Covering<I> cols = covering(w, d.kw, d.pw, d.ow, d.by_sw);
     const int32_t here = static_cast<int32_t>(h * d.w + w);
     const int64_t base = int64_t(plane) * d.oh * d.ow;
     float sum = 0.f;
-    for (I oh = oh_first; oh <= oh_last; ++oh)
-      for (I ow = ow_first; ow <= ow_last; ++ow)
-        if (argmax[base + oh * d.ow + ow] == here) sum += dy[base + oh * d.ow + ow];
+    for (I oh = rows.first; oh <= rows.last; ++oh)
+      for (I ow = cols.first; ow <= cols.last; ++ow) {
+        const int64_t o = base + oh * d.ow + ow;
+        if (argmax[o] == here) sum += dy[o];
+      }
     dx[i] = sum;
   }
 }
 
-}  // namespace
-
-void launch_maxpool2d_forward(cudaStream_t stream, const Pool2dShape& s, const float* x, float* y,
-                              int32_t* argmax) {
-  const int64_t total = s.batch * s.channels * s.out_height() * s.out_width();
-  if (s.batch <= 0 || s.channels <= 0 || s.out_height() <= 0 || s.out_width() <= 0) return;
-  if (fits_int(s))
-    maxpool2d_forward_kernel<<<grid_for(total), kBlockThreads, 0, stream>>>(dims_of<int>(s), x,
-                                                                            y, argmax);
-  else
-    maxpool2d_forward_kernel<<<grid_for(total), kBlockThreads, 0, stream>>>(dims_of<int64_t>(s),
-                                                                            x, y, argmax);
+template <typename I>
+__global__ void avgpool2d_forward_kernel(PoolDims<I> d, I total, const float* x, float* y) {
+  const float divisor = float(d.kh * d.kw);
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I t = d.by_ow.div(i), ow = i - t * d.ow;
+    const I plane = d.by_oh.div(t), oh = t - plane * d.oh;
+    const float* xp = x + int64_t(plane) * d.h * d.w;
+    const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+    const I h_hi = min(h0 + d.kh, d.h), w_hi = min(w0 + d.kw, d.w);
+    float sum = 0.f;
+    for (I h = max(h0, I(0)); h < h_hi; ++h)
+      for (I w = max(w0, I(0)); w < w_hi; ++w) sum += xp[h * d.w + w];
+    y[i] = sum / divisor;
+  }
 }
 
-void launch_maxpool2d_backward(cudaStream_t stream, const Pool2dShape& s, const float* dy,
-                               const int32_t* argmax, float* dx) {
-  const int64_t total = s.batch * s.channels * s.height * s.width;
+// dx[plane, h, w] = sum over the covering windows of dy * (1 / (KH * KW)), each product rounded
+// before the add, in increasing output order: the CPU's result bit for bit.
+template <typename I>
+__global__ void avgpool2d_backward_kernel(PoolDims<I> d, I total, const float* dy, float* dx,
+                                          float inverse) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I t = d.by_w.div(i), w = i - t * d.w;
+    const I plane = d.by_h.div(t), h = t - plane * d.h;
+    const Covering<I> rows = covering(h, d.kh, d.ph, d.oh, d.by_sh);
+    const Covering<I> cols = covering(w, d.kw, d.pw, d.ow, d.by_sw);
+    const float* dyp = dy + int64_t(plane) * d.oh * d.ow;
+    float sum = 0.f;
+    for (I oh = rows.first; oh <= rows.last; ++oh)
+      for (I ow = cols.first; ow <= cols.last; ++ow)
+        sum = __fadd_rn(sum, __fmul_rn(dyp[oh * d.ow + ow], inverse));
+    dx[i] = sum;
+  }
+}
+
+// Global average pooling (the window is the whole unpadded plane): a warp per plane.
+__global__ void global_avgpool_forward_kernel(const float* x, int64_t planes, int64_t plane_size,
+                                              float divisor, float* y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t plane = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; plane < planes;
+       plane += warps) {
+    const float* xp = x + plane * plane_size;
+    float sum = 0.f;
+    for (int64_t j = lane; j < plane_size; j += 32) sum += xp[j];
+    sum = warp_sum(sum);
+    if (lane == 0) y[plane] = sum / divisor;
+  }
+}
+
+template <typename I>
+__global__ void global_avgpool_backward_kernel(const float* dy, I total,
+                                               Divider<I> by_plane_size, float inverse,
+                                               float* dx) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>())
+    dx[i] = __fmul_rn(dy[by_plane_size.div(i)], inverse);
+}
+
+bool global_window(const Pool2dShape& s) {
+  return s.kernel_h == s.height && s.kernel_w == s.width && s.pad_h == 0 && s.pad_w == 0;
+}
+
+// 1 / (KH * KW) rounded once, as the CPU computes it.
+float inverse_window(const Pool2dShape& s) {
+  return float(1.0 / double(s.kernel_h * s.kernel_w));
+}
+
+// Whether the int32 kernels hold every index, and every coordinate sum (h + pad, o * stride).
+bool fits(const Pool2dShape& s) {
+  return fits_int32(std::max(s.input_numel(), s.output_numel())) &&
+         fits_int32(s.height + s.width + 2 * (s.pad_h + s.pad_w) + s.kernel_h + s.kernel_w +
+                    s.stride_h + s.stride_w);
+}
+
+}  // namespace
+
+void launch_maxpool2d_forward(const KernelContext& ctx, const Pool2dShape& s, const float* x,
+                              float* y, int32_t* argmax) {
+  const int64_t total = s.output_numel();
   if (total <= 0) return;
-  if (fits_int(s))
-    maxpool2d_backward_kernel<<<grid_for(total), kBlockThreads, 0, stream>>>(dims_of<int>(s), dy,
-                                                                             argmax, dx);
+  if (fits(s))
+    maxpool2d_forward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int32_t>(s), int32_t(total), x, y, argmax);
   else
-    maxpool2d_backward_kernel<<<grid_for(total), kBlockThreads, 0, stream>>>(
-        dims_of<int64_t>(s), dy, argmax, dx);
+    maxpool2d_forward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int64_t>(s), total, x, y, argmax);
+}
+
+void launch_maxpool2d_backward(const KernelContext& ctx, const Pool2dShape& s, const float* dy,
+                               const int32_t* argmax, float* dx) {
+  const int64_t total = s.input_numel();
+  if (total <= 0) return;
+  if (fits(s))
+    maxpool2d_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int32_t>(s), int32_t(total), dy, argmax, dx);
+  else
+    maxpool2d_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int64_t>(s), total, dy, argmax, dx);
+}
+
+void launch_avgpool2d_forward(const KernelContext& ctx, const Pool2dShape& s, const float* x,
+                              float* y) {
+  const int64_t total = s.output_numel();
+  if (total <= 0) return;
+  if (global_window(s)) {
+    const int64_t planes = s.batch * s.channels;
+    global_avgpool_forward_kernel<<<grid_for(planes * 32), kBlockThreads, 0, ctx.stream>>>(
+        x, planes, s.height * s.width, float(s.kernel_h * s.kernel_w), y);
+    return;
+  }
+  if (fits(s))
+    avgpool2d_forward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int32_t>(s), int32_t(total), x, y);
+  else
+    avgpool2d_forward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int64_t>(s), total, x, y);
+}
+
+void launch_avgpool2d_backward(const KernelContext& ctx, const Pool2dShape& s, const float* dy,
+                               float* dx) {
+  const int64_t total = s.input_numel();
+  if (total <= 0) return;
+  const float inverse = inverse_window(s);
+  if (global_window(s)) {
+    const int64_t plane_size = s.height * s.width;
+    if (fits(s))
+      global_avgpool_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          dy, int32_t(total), Divider<int32_t>(plane_size), inverse, dx);
+    else
+      global_avgpool_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          dy, total, Divider<int64_t>(plane_size), inverse, dx);
+    return;
+  }
+  if (fits(s))
+    avgpool2d_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int32_t>(s), int32_t(total), dy, dx, inverse);
+  else
+    avgpool2d_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        pool_dims<int64_t>(s), total, dy, dx, inverse);
 }
 
 }  // namespace trident::cuda

@@ -1,38 +1,28 @@
-// CUDA classification head: log-softmax forward/backward (one warp per row), NLL loss (one
-// block, fixed-order sum), NLL gradient, and the count of correct predictions.
+// CUDA classification head: a warp per row everywhere (rows are short: one warp covers a row of
+// up to 32 classes per step). The losses are summed per warp in double, then over the grid in a
+// fixed order by the last block to finish (launch.cuh's grid_sum_last): one launch, any rows,
+// deterministic.
 #include <climits>
 #include <cmath>
 
-#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/softmax_nll.h"
 
 namespace trident::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = kBlockThreads / 32;
-
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {  // fmaxf: NaN lanes are ignored
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-__device__ __forceinline__ int warp_min(int v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
+constexpr int64_t kMaxLossBlocks = 1024;  // within ReduceScratch::partial_words
 
 __device__ __forceinline__ int64_t first_warp_row() {
   return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
 }
 __device__ __forceinline__ int64_t warp_row_step() {
   return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+}
+
+__device__ __forceinline__ bool label_ok(int32_t label, int64_t cols) {
+  return label >= 0 && label < cols;
 }
 
 // max + log(sum exp(xr - max)) of one row, computed by its warp (every lane gets it); the
@@ -47,7 +37,24 @@ __device__ __forceinline__ double warp_row_log_sum_exp(const float* xr, int64_t 
   return static_cast<double>(max) + log(static_cast<double>(sum));
 }
 
-// y[r, :] = x[r, :] - logsumexp(x[r, :]).
+// The losses' common end: lane 0 of each warp holds the sum over its rows; the block that
+// finishes last adds total / per_row / rows (0 for no rows) to loss[0].
+__device__ __forceinline__ void finish_mean_loss(double warp_value, const ReduceScratch& scratch,
+                                                 float* loss, bool accumulate, double per_row,
+                                                 int64_t rows) {
+  __shared__ double warp_values[kWarpsPerBlock];
+  if (threadIdx.x % 32 == 0) warp_values[threadIdx.x / 32] = warp_value;
+  __syncthreads();
+  double block_value = 0.0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kWarpsPerBlock; ++w) block_value += warp_values[w];
+  double total = 0.0;
+  if (grid_sum_last(block_value, scratch, &total) && threadIdx.x == 0) {
+    const double mean = rows > 0 ? total / per_row / static_cast<double>(rows) : 0.0;
+    loss[0] = static_cast<float>((accumulate ? static_cast<double>(loss[0]) : 0.0) + mean);
+  }
+}
+
 __global__ void log_softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t cols) {
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
@@ -59,7 +66,7 @@ __global__ void log_softmax_forward_kernel(const float* x, float* y, int64_t row
   }
 }
 
-// dx = dy - exp(y) * sum(dy[r, :]).
+// The row's sum of dy is complete (warp_sum) before any lane writes: dx may be dy.
 __global__ void log_softmax_backward_kernel(const float* y, const float* dy, float* dx,
                                             int64_t rows, int64_t cols) {
   const int lane = threadIdx.x % 32;
@@ -76,95 +83,138 @@ __global__ void log_softmax_backward_kernel(const float* y, const float* dy, flo
   }
 }
 
-// One block: loss[0] = (accumulate ? loss[0] : 0) + mean of -logp[r, labels[r]]. A label outside
-// [0, cols) contributes NaN (the GPU cannot throw; the NaN loss shows the bad data).
+// -(1 - e) * logp[label] - e * mean(logp[r, :]) per row (label checked by the caller).
 __global__ void nll_loss_forward_kernel(const float* logp, const int32_t* labels, int64_t rows,
-                                        int64_t cols, float* loss, bool accumulate) {
-  __shared__ double partial[kBlockThreads];
-  double acc = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += kBlockThreads) {
+                                        int64_t cols, float* loss, bool accumulate,
+                                        float smoothing, ReduceScratch scratch, int32_t* error) {
+  const int lane = threadIdx.x % 32;
+  double warp_total = 0.0;
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
     const int32_t label = labels[r];
-    acc -= (label >= 0 && label < cols) ? static_cast<double>(logp[r * cols + label]) : NAN;
+    if (!label_ok(label, cols)) {  // the same for the whole warp
+      if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
+      continue;
+    }
+    const float* row = logp + r * cols;
+    double row_sum = 0.0;
+    if (smoothing > 0.f) {
+      for (int64_t c = lane; c < cols; c += 32) row_sum += row[c];
+      row_sum = warp_sum(row_sum);
+    }
+    if (lane == 0)
+      warp_total += -(1.0 - double(smoothing)) * double(row[label]) -
+                    double(smoothing) * row_sum / double(cols);
   }
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = kBlockThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const double mean = rows > 0 ? partial[0] / static_cast<double>(rows) : 0.0;
-    loss[0] = static_cast<float>((accumulate ? static_cast<double>(loss[0]) : 0.0) + mean);
+  finish_mean_loss(warp_total, scratch, loss, accumulate, 1.0, rows);
+}
+
+template <typename I>
+__global__ void nll_loss_backward_kernel(const int32_t* labels, I total, I cols,
+                                         Divider<I> by_cols, float on, float off, float* dlogp,
+                                         int32_t* error) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I r = by_cols.div(i), c = i - r * cols;
+    const int32_t label = labels[r];
+    if (!label_ok(label, cols)) {
+      dlogp[i] = 0.f;
+      if (c == 0) raise_error(error, DeviceErrorCode::label, label);
+      continue;
+    }
+    dlogp[i] = c == label ? on : off;
   }
 }
 
-__global__ void nll_loss_backward_kernel(const int32_t* labels, int64_t rows, int64_t cols,
-                                         float scale, float* dlogp) {
-  const int64_t total = rows * cols;
-  for (int64_t i = first_index(); i < total; i += grid_step()) {
-    const int64_t r = i / cols, c = i - r * cols;
-    dlogp[i] = c == labels[r] ? -scale : 0.f;
-  }
-}
-
-// The fused training head: y = log_softmax(x), dx = grad_scale * (exp(y) - onehot(label)), one
-// warp per row. With one block (with_loss) it also adds the NLL mean to loss[0]: each warp sums
-// its rows in double, then the warps' sums are added in warp order (deterministic).
+// The fused training head: y = log_softmax(x), dx = grad_scale * (exp(y) - t), and the NLL of y.
+// t[c] is `on` at the label and `off` elsewhere.
 __global__ void log_softmax_nll_kernel(const float* x, const int32_t* labels, int64_t rows,
-                                       int64_t cols, float grad_scale, float* y, float* loss,
-                                       bool accumulate, float* dx, bool with_loss) {
-  __shared__ double warp_loss[32];
-  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  double nll = 0.0;  // this lane's sum of -y[r, label] over this warp's rows
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
-  for (int64_t r = first_row; r < rows; r += static_cast<int64_t>(gridDim.x) * warps) {
+                                       int64_t cols, float grad_scale, float smoothing, float on,
+                                       float off, float* y, float* loss, bool accumulate,
+                                       float* dx, ReduceScratch scratch, int32_t* error) {
+  const int lane = threadIdx.x % 32;
+  double warp_total = 0.0;
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     float* dxr = dx + r * cols;
     const int32_t label = labels[r];
+    const bool ok = label_ok(label, cols);
     const double lse = warp_row_log_sum_exp(xr, cols, lane);
+    double y_sum = 0.0;
+    float y_label = 0.f;
     for (int64_t c = lane; c < cols; c += 32) {
       const float v = static_cast<float>(static_cast<double>(xr[c]) - lse);
       yr[c] = v;
-      dxr[c] = grad_scale * (expf(v) - (c == label ? 1.f : 0.f));
-      if (c == label) nll -= static_cast<double>(v);
+      dxr[c] = ok ? grad_scale * (expf(v) - (c == label ? on : off)) : 0.f;
+      y_sum += v;
+      if (c == label) y_label = v;
     }
-    // A label outside [0, cols) gives a NaN loss, as nll_loss_forward (the GPU cannot throw).
-    if (lane == 0 && (label < 0 || label >= cols)) nll = NAN;
+    if (!ok) {
+      if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
+      continue;
+    }
+    y_label = __shfl_sync(0xffffffffu, y_label, label % 32);  // the lane that holds the label
+    if (smoothing > 0.f) y_sum = warp_sum(y_sum);
+    if (lane == 0)
+      warp_total += -(1.0 - double(smoothing)) * double(y_label) -
+                    double(smoothing) * y_sum / double(cols);
   }
-  if (!with_loss) return;
-  nll = warp_sum(nll);
-  if (lane == 0) warp_loss[threadIdx.x / 32] = nll;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int w = 0; w < warps; ++w) total += warp_loss[w];
-    const double mean = rows > 0 ? total / static_cast<double>(rows) : 0.0;
-    loss[0] = static_cast<float>((accumulate ? static_cast<double>(loss[0]) : 0.0) + mean);
+  finish_mean_loss(warp_total, scratch, loss, accumulate, 1.0, rows);
+}
+
+__global__ void mse_loss_kernel(const float* x, const int32_t* labels, int64_t rows, int64_t cols,
+                                float k, float* loss, bool accumulate, float* dx,
+                                ReduceScratch scratch, int32_t* error) {
+  const int lane = threadIdx.x % 32;
+  double warp_total = 0.0;
+  for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
+    const float* xr = x + r * cols;
+    const int32_t label = labels[r];
+    const bool ok = label_ok(label, cols);
+    double squares = 0.0;
+    for (int64_t c = lane; c < cols; c += 32) {
+      const float d = xr[c] - (c == label ? 1.f : 0.f);
+      squares += double(d) * double(d);
+      if (dx) dx[r * cols + c] = ok ? k * d : 0.f;
+    }
+    if (!ok) {
+      if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
+      continue;
+    }
+    squares = warp_sum(squares);
+    if (lane == 0) warp_total += squares;
   }
+  finish_mean_loss(warp_total, scratch, loss, accumulate, double(cols), rows);
 }
 
 // The CPU's rule: best starts at column 0 and moves on a strictly greater score. So a NaN in
 // column 0 wins; otherwise NaNs never win and the first maximal (non-NaN) column does.
 __global__ void count_correct_kernel(const float* scores, const int32_t* labels, int64_t rows,
-                                     int64_t cols, float* correct) {
+                                     int64_t cols, float* correct, int32_t* error) {
   __shared__ int block_hits;
   if (threadIdx.x == 0) block_hits = 0;
   __syncthreads();
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
     const float* row = scores + r * cols;
-    int best = 0;
+    const int32_t label = labels[r];
+    if (!label_ok(label, cols)) {
+      if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
+      continue;
+    }
+    int64_t best = 0;
     if (!isnan(row[0])) {
       float max = -INFINITY;
       for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, row[c]);
       max = warp_max(max);
       int first = INT_MAX;
       for (int64_t c = lane; c < cols; c += 32)
-        if (row[c] == max) { first = static_cast<int>(c); break; }
+        if (row[c] == max) {
+          first = static_cast<int>(c);
+          break;
+        }
       best = warp_min(first);
     }
-    if (lane == 0 && best == labels[r]) atomicAdd(&block_hits, 1);
+    if (lane == 0 && best == label) atomicAdd(&block_hits, 1);
   }
   __syncthreads();
   // Whole numbers below 2^24 add exactly in any order: the count stays deterministic.
@@ -173,56 +223,72 @@ __global__ void count_correct_kernel(const float* scores, const int32_t* labels,
 
 unsigned warp_row_grid(int64_t rows) { return grid_for(rows, kWarpsPerBlock); }
 
+unsigned loss_grid(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxLossBlocks ? kMaxLossBlocks : blocks));
+}
+
 }  // namespace
 
-void launch_log_softmax_forward(cudaStream_t stream, const float* x, float* y, int64_t rows,
+void launch_log_softmax_forward(const KernelContext& ctx, const float* x, float* y, int64_t rows,
                                 int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
-  log_softmax_forward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(x, y, rows, cols);
+  log_softmax_forward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(x, y, rows,
+                                                                                    cols);
 }
 
-void launch_log_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
-                                 int64_t rows, int64_t cols) {
+void launch_log_softmax_backward(const KernelContext& ctx, const float* y, const float* dy,
+                                 float* dx, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
-  log_softmax_backward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(y, dy, dx, rows,
-                                                                                 cols);
+  log_softmax_backward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(
+      y, dy, dx, rows, cols);
 }
 
-void launch_nll_loss_forward(cudaStream_t stream, const float* logp, const int32_t* labels,
-                             int64_t rows, int64_t cols, float* loss, bool accumulate) {
-  nll_loss_forward_kernel<<<1, kBlockThreads, 0, stream>>>(logp, labels, rows, cols, loss,
-                                                           accumulate);
+void launch_nll_loss_forward(const KernelContext& ctx, const float* logp, const int32_t* labels,
+                             int64_t rows, int64_t cols, float* loss, bool accumulate,
+                             float smoothing) {
+  nll_loss_forward_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
+      logp, labels, rows, cols, loss, accumulate, smoothing, ctx.scratch, ctx.error_flag);
 }
 
-void launch_nll_loss_backward(cudaStream_t stream, const int32_t* labels, int64_t rows,
-                              int64_t cols, float scale, float* dlogp) {
-  if (rows <= 0 || cols <= 0) return;
-  nll_loss_backward_kernel<<<grid_for(rows * cols), kBlockThreads, 0, stream>>>(labels, rows,
-                                                                                cols, scale,
-                                                                                dlogp);
+void launch_nll_loss_backward(const KernelContext& ctx, const int32_t* labels, int64_t rows,
+                              int64_t cols, float scale, float smoothing, float* dlogp) {
+  const int64_t total = rows * cols;
+  if (total <= 0) return;
+  // The CPU's constants, rounded the same way.
+  const float off = -scale * (smoothing / float(cols));
+  const float on = off - scale * (1.0f - smoothing);
+  if (fits_int32(total))
+    nll_loss_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        labels, int32_t(total), int32_t(cols), Divider<int32_t>(cols), on, off, dlogp,
+        ctx.error_flag);
+  else
+    nll_loss_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        labels, total, cols, Divider<int64_t>(cols), on, off, dlogp, ctx.error_flag);
 }
 
-void launch_log_softmax_nll(cudaStream_t stream, const float* x, const int32_t* labels,
-                            int64_t rows, int64_t cols, float grad_scale, float* y, float* loss,
-                            bool accumulate, float* dx) {
-  // A head of up to kOneBlockRows rows runs as one block of 32 warps that also sums the loss:
-  // one launch. Larger ones spread their rows over the GPU; the loss is then the NLL kernel's.
-  constexpr int64_t kOneBlockRows = 2048;
-  if (rows <= kOneBlockRows || cols <= 0) {
-    log_softmax_nll_kernel<<<1, 1024, 0, stream>>>(x, labels, rows, cols, grad_scale, y, loss,
-                                                   accumulate, dx, true);
-    return;
-  }
-  log_softmax_nll_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(
-      x, labels, rows, cols, grad_scale, y, loss, accumulate, dx, false);
-  launch_nll_loss_forward(stream, y, labels, rows, cols, loss, accumulate);
+void launch_log_softmax_nll(const KernelContext& ctx, const float* x, const int32_t* labels,
+                            int64_t rows, int64_t cols, float grad_scale, float smoothing,
+                            float* y, float* loss, bool accumulate, float* dx) {
+  const float off = smoothing / float(cols), on = off + (1.0f - smoothing);
+  log_softmax_nll_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
+      x, labels, rows, cols, grad_scale, smoothing, on, off, y, loss, accumulate, dx,
+      ctx.scratch, ctx.error_flag);
 }
 
-void launch_count_correct(cudaStream_t stream, const float* scores, const int32_t* labels,
+void launch_mse_loss(const KernelContext& ctx, const float* x, const int32_t* labels,
+                     int64_t rows, int64_t cols, float grad_scale, float* loss, bool accumulate,
+                     float* dx) {
+  const float k = 2.0f * grad_scale / float(cols);
+  mse_loss_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
+      x, labels, rows, cols, k, loss, accumulate, dx, ctx.scratch, ctx.error_flag);
+}
+
+void launch_count_correct(const KernelContext& ctx, const float* scores, const int32_t* labels,
                           int64_t rows, int64_t cols, float* correct) {
   if (rows <= 0 || cols <= 0) return;
-  count_correct_kernel<<<warp_row_grid(rows), kBlockThreads, 0, stream>>>(scores, labels, rows,
-                                                                          cols, correct);
+  count_correct_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(
+      scores, labels, rows, cols, correct, ctx.error_flag);
 }
 
 }  // namespace trident::cuda

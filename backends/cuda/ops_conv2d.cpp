@@ -1,0 +1,156 @@
+// CudaDevice's convolution slots: im2col over a chunk of the batch, then strided-batched cuBLAS
+// GEMMs, one matrix per sample, that read and write NCHW in place; and one-sample im2col/col2im.
+//
+// Workspace, per chunk of samples: col [chunk, CKK + 1, P] then dw_part [chunk, OC, CKK + 1]
+// (CKK = C*KH*KW, P = OH*OW). The whole batch is one chunk unless that would pass 1 GiB.
+// Forward:  y = b (broadcast, in the im2col launch); y_n[OC, P] += W[OC, CKK] col_n[CKK, P];
+//           col_n gets a row of ones for the backward. With one chunk the workspace then holds
+//           the columns of x, and the forward says so (the front tells the backward).
+// Backward: col_n as the forward left it when workspace_valid, else im2col again;
+//           dw_part_n[OC, CKK+1] = dy_n[OC, P] col_n^T, whose last column is the per-sample bias
+//           gradient; dw, db = sums over n (fixed order); then, if dx is wanted,
+//           dcol_n[CKK, P] = W^T dy_n over col (the columns are gone) and dx = col2im(dcol).
+// Pointwise (1x1, stride 1, no padding): col_n is x_n itself, so there is no im2col, dx_n =
+// W^T dy_n directly, db comes from channel_sums, and the workspace holds only dw_part.
+#include <algorithm>
+
+#include "backends/cuda/cublas_gemm.h"
+#include "backends/cuda/cuda_device.h"
+#include "kernels/cuda/channel.h"
+#include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/im2col.h"
+
+namespace trident::cuda {
+namespace {
+
+constexpr int64_t kChunkFloats = int64_t(1) << 28;  // 1 GiB of workspace per chunk at most
+
+size_t round_floats(int64_t floats) { return size_t((floats + 63) / 64 * 64); }  // 256 bytes
+
+struct ConvPlan {
+  int64_t ckk, p, oc, in_size, out_size;  // in_size / out_size: one sample of x / y
+  bool pointwise;
+  int64_t rows;        // rows of a sample's col: CKK + 1 (the ones row); 0 when pointwise
+  int64_t dw_columns;  // CKK + 1, or CKK when pointwise (db then comes from channel_sums)
+  int64_t chunk;       // samples per pass
+  size_t col_floats, dw_part_floats;
+
+  explicit ConvPlan(const Conv2dShape& s)
+      : ckk(s.patch_size()),
+        p(s.out_height() * s.out_width()),
+        oc(s.out_channels),
+        in_size(s.in_channels * s.height * s.width),
+        out_size(s.out_channels * s.out_height() * s.out_width()),
+        pointwise(s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+                  s.pad_h == 0 && s.pad_w == 0),
+        rows(pointwise ? 0 : ckk + 1),
+        dw_columns(pointwise ? ckk : ckk + 1) {
+    const int64_t per_sample = rows * p + oc * dw_columns;
+    chunk = std::min(s.batch, std::max<int64_t>(1, kChunkFloats / per_sample));
+    col_floats = round_floats(chunk * rows * p);
+    dw_part_floats = round_floats(chunk * oc * dw_columns);
+  }
+  bool one_chunk(const Conv2dShape& s) const { return chunk >= s.batch; }
+};
+
+}  // namespace
+
+size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
+  if (s.batch == 0) return 0;
+  const ConvPlan plan(s);
+  return (plan.col_floats + plan.dw_part_floats) * sizeof(float);
+}
+
+bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                   const Tensor& b, const Tensor& y, const Tensor& workspace) {
+  const KernelContext ctx = kernel_context();
+  const ConvPlan plan(s);
+  float* col = device_ptr<float>(workspace);
+  const float* bias = device_ptr<const float>(b);
+  for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
+    const int64_t samples = std::min(plan.chunk, s.batch - n0);
+    const float* x_n = device_ptr<const float>(x) + n0 * plan.in_size;
+    float* y_n = device_ptr<float>(y) + n0 * plan.out_size;
+    // y = bias (and the columns with their ones row), so that the GEMM adds into y.
+    launch_im2col(ctx, s, samples, plan.pointwise ? nullptr : x_n,
+                  plan.pointwise ? nullptr : col, plan.rows, true, bias, y_n);
+    check_launch("im2col");
+    GemmCall g;  // y_n[OC, P] (+)= W[OC, CKK] col_n[CKK, P]
+    g.m = plan.oc, g.n = plan.p, g.k = plan.ckk;
+    g.a = device_ptr<const float>(w), g.lda = plan.ckk, g.stride_a = 0;
+    g.b = plan.pointwise ? x_n : col, g.ldb = plan.p;
+    g.stride_b = plan.pointwise ? plan.in_size : plan.rows * plan.p;
+    g.c = y_n, g.ldc = plan.p, g.stride_c = plan.out_size;
+    g.beta = bias ? 1.0f : 0.0f;
+    g.batch = samples;
+    gemm_->sgemm(g);
+  }
+  return !plan.pointwise && plan.one_chunk(s);
+}
+
+bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                    const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                    const Tensor& db, const Tensor& workspace,
+                                    bool workspace_valid) {
+  const KernelContext ctx = kernel_context();
+  const ConvPlan plan(s);
+  float* col = device_ptr<float>(workspace);
+  float* dw_part = col + plan.col_floats;
+  // Valid only after a forward that kept the columns: one chunk, not pointwise.
+  const bool reuse = workspace_valid && plan.one_chunk(s) && !plan.pointwise;
+  for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
+    const int64_t samples = std::min(plan.chunk, s.batch - n0);
+    const float* x_n = device_ptr<const float>(x) + n0 * plan.in_size;
+    const float* dy_n = device_ptr<const float>(dy) + n0 * plan.out_size;
+    if (!plan.pointwise && !reuse) {
+      launch_im2col(ctx, s, samples, x_n, col, plan.rows, true, nullptr, nullptr);
+      check_launch("im2col");
+    }
+    GemmCall gw;  // dw_part_n[OC, dw_columns] = dy_n[OC, P] col_n[dw_columns, P]^T
+    gw.trans_b = true;
+    gw.m = plan.oc, gw.n = plan.dw_columns, gw.k = plan.p;
+    gw.a = dy_n, gw.lda = plan.p, gw.stride_a = plan.out_size;
+    gw.b = plan.pointwise ? x_n : col, gw.ldb = plan.p;
+    gw.stride_b = plan.pointwise ? plan.in_size : plan.rows * plan.p;
+    gw.c = dw_part, gw.ldc = plan.dw_columns, gw.stride_c = plan.oc * plan.dw_columns;
+    gw.batch = samples;
+    gemm_->sgemm(gw);
+    launch_conv_grad_reduce(ctx, dw_part, samples, plan.oc, plan.ckk, !plan.pointwise,
+                            device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
+    check_launch("conv_grad_reduce");
+    if (!dx.defined()) continue;
+    float* dx_n = device_ptr<float>(dx) + n0 * plan.in_size;
+    GemmCall gx;  // dcol_n[CKK, P] = W[OC, CKK]^T dy_n[OC, P]: into dx_n, or over col_n
+    gx.trans_a = true;
+    gx.m = plan.ckk, gx.n = plan.p, gx.k = plan.oc;
+    gx.a = device_ptr<const float>(w), gx.lda = plan.ckk, gx.stride_a = 0;
+    gx.b = dy_n, gx.ldb = plan.p, gx.stride_b = plan.out_size;
+    gx.c = plan.pointwise ? dx_n : col, gx.ldc = plan.p;
+    gx.stride_c = plan.pointwise ? plan.in_size : plan.rows * plan.p;
+    gx.batch = samples;
+    gemm_->sgemm(gx);
+    if (plan.pointwise) continue;
+    launch_col2im(ctx, s, samples, col, plan.rows, dx_n);
+    check_launch("col2im");
+  }
+  if (plan.pointwise && db.defined()) {
+    launch_channel_sums(ctx, device_ptr<const float>(dy), nullptr, device_ptr<float>(db),
+                        s.batch, plan.oc, plan.p, 0.0f);
+    check_launch("channel_sums");
+  }
+  return !plan.pointwise && plan.one_chunk(s) && !dx.defined();
+}
+
+void CudaDevice::do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
+  launch_im2col(kernel_context(), s, 1, device_ptr<const float>(x), device_ptr<float>(col),
+                s.patch_size(), false, nullptr, nullptr);
+  check_launch("im2col");
+}
+
+void CudaDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
+  launch_col2im(kernel_context(), s, 1, device_ptr<const float>(col), s.patch_size(),
+                device_ptr<float>(dx));
+  check_launch("col2im");
+}
+
+}  // namespace trident::cuda

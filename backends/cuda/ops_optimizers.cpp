@@ -1,0 +1,38 @@
+// CudaDevice's optimizer slots: one launch over the flat parameter buffer, UpdateControl passed
+// as device pointers and read by the kernel (kernels/cuda/optimizers.cu).
+#include "backends/cuda/cuda_device.h"
+#include "kernels/cuda/optimizers.h"
+
+namespace trident::cuda {
+namespace {
+
+UpdateControlArgs control_args(const UpdateControl& c) {
+  UpdateControlArgs args;
+  args.schedule = device_ptr<const float>(c.schedule);
+  args.schedule_rows = c.schedule.defined() ? c.schedule.numel() / 2 : 0;
+  args.grad_sumsq = device_ptr<const float>(c.grad_sumsq);
+  args.max_norm = c.max_norm;
+  return args;
+}
+
+}  // namespace
+
+void CudaDevice::do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                               const SgdParams& hp, const UpdateControl& control,
+                               const Tensor& step_state) {
+  launch_sgd_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
+                    device_ptr<float>(momentum), params.numel(), hp, control_args(control),
+                    device_ptr<const uint32_t>(step_state));
+  check_launch("sgd_update");
+}
+
+void CudaDevice::do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
+                                const Tensor& v, const AdamParams& hp,
+                                const UpdateControl& control, const Tensor& step_state) {
+  launch_adam_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
+                     device_ptr<float>(m), device_ptr<float>(v), params.numel(), hp,
+                     control_args(control), device_ptr<const uint32_t>(step_state));
+  check_launch("adam_update");
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,179 @@
+// CUDA batch normalisation through the per-channel reduction engine (channel_reduce.cuh): each
+// pass is one reduction over the channel followed by an elementwise pass that uses its result
+// (fused into the same launch when a block owns a whole channel). Training statistics come from
+// Welford's method (no E[x^2] - E[x]^2 cancellation), merged in double (Chan et al.).
+#include <cmath>
+
+#include "kernels/cuda/batchnorm.h"
+#include "kernels/cuda/channel_reduce.cuh"
+
+namespace trident::cuda {
+namespace {
+
+// Training forward: statistics of channel c, then y = (x - mean) * (invstd * gamma) + beta.
+template <typename I>
+struct BatchNormStatsOp {
+  static constexpr int kWords = 3;  // count, mean, sum of squared deviations
+  static constexpr bool kApply = true;
+  static constexpr int kCoefWords = 3;  // mean, scale, shift
+  const float* x;
+  const float* gamma;
+  const float* beta;
+  float* running_mean;
+  float* running_var;
+  float* y;
+  float* save_mean;
+  float* save_invstd;
+  double count;  // values per channel (outer * inner), more than 1
+  double eps, momentum;
+
+  struct Local {
+    float n, mean, m2;
+  };
+  __device__ Local zero(I) const { return {0.f, 0.f, 0.f}; }
+  __device__ void add(Local& l, I at) const {
+    const float v = x[at];
+    l.n += 1.f;
+    const float d = v - l.mean;
+    l.mean += d / l.n;
+    l.m2 += d * (v - l.mean);
+  }
+  __device__ void to_acc(const Local& l, double* acc) const {
+    acc[0] = l.n, acc[1] = l.mean, acc[2] = l.m2;
+  }
+  __device__ static void merge(double* a, const double* b) {
+    if (b[0] == 0.0) return;
+    if (a[0] == 0.0) {
+      a[0] = b[0], a[1] = b[1], a[2] = b[2];
+      return;
+    }
+    const double n = a[0] + b[0], d = b[1] - a[1];
+    a[1] += d * (b[0] / n);
+    a[2] += b[2] + d * d * (a[0] * b[0] / n);
+    a[0] = n;
+  }
+  __device__ void finish(I c, const double* acc, float* coef) const {
+    const double mean = acc[1], var = acc[2] / count;
+    const double invstd = 1.0 / sqrt(var + eps);
+    save_mean[c] = float(mean);
+    save_invstd[c] = float(invstd);
+    running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
+    running_var[c] = float((1.0 - momentum) * double(running_var[c]) +
+                           momentum * var * count / (count - 1.0));
+    coef[0] = float(mean);
+    coef[1] = float(invstd * (gamma ? double(gamma[c]) : 1.0));
+    coef[2] = beta ? beta[c] : 0.f;
+  }
+  __device__ void apply(I at, const float* coef) const {
+    y[at] = (x[at] - coef[0]) * coef[1] + coef[2];
+  }
+};
+
+// Backward: sum(dy) and sum(dy * (x - mean)) of channel c, then
+// dx = k * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), k = gamma * invstd.
+template <typename I>
+struct BatchNormGradOp {
+  static constexpr int kWords = 2;
+  static constexpr bool kApply = true;
+  static constexpr int kCoefWords = 4;  // mean, k, mean(dy), invstd * mean(dy * xhat)
+  const float* x;
+  const float* dy;
+  const float* gamma;
+  const float* save_mean;
+  const float* save_invstd;
+  float* dx;
+  float* dgamma;
+  float* dbeta;
+  double count;
+
+  struct Local {
+    float sum_dy, sum_dy_centred, mean;
+  };
+  __device__ Local zero(I c) const { return {0.f, 0.f, save_mean[c]}; }
+  __device__ void add(Local& l, I at) const {
+    const float g = dy[at];
+    l.sum_dy += g;
+    l.sum_dy_centred += g * (x[at] - l.mean);
+  }
+  __device__ void to_acc(const Local& l, double* acc) const {
+    acc[0] = l.sum_dy, acc[1] = l.sum_dy_centred;
+  }
+  __device__ static void merge(double* a, const double* b) { a[0] += b[0], a[1] += b[1]; }
+  __device__ void finish(I c, const double* acc, float* coef) const {
+    const double invstd = save_invstd[c];
+    const double sum_dy = acc[0], sum_dy_xhat = acc[1] * invstd;
+    if (dgamma) dgamma[c] = float(sum_dy_xhat);
+    if (dbeta) dbeta[c] = float(sum_dy);
+    const double n = count > 0.0 ? count : 1.0;
+    coef[0] = save_mean[c];
+    coef[1] = float((gamma ? double(gamma[c]) : 1.0) * invstd);
+    coef[2] = float(sum_dy / n);
+    coef[3] = float(invstd * sum_dy_xhat / n);
+  }
+  __device__ void apply(I at, const float* coef) const {
+    dx[at] = coef[1] * (dy[at] - coef[2] - (x[at] - coef[0]) * coef[3]);
+  }
+};
+
+// Evaluation: y = (x - running_mean) * gamma / sqrt(running_var + eps) + beta.
+template <typename I>
+__global__ void batchnorm_eval_kernel(const float* x, const float* gamma, const float* beta,
+                                      const float* running_mean, const float* running_var,
+                                      float* y, I total, I channels, Divider<I> by_inner,
+                                      Divider<I> by_channels, float eps) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I q = by_inner.div(i);
+    const I c = q - by_channels.div(q) * channels;
+    const float scale = (gamma ? gamma[c] : 1.f) / sqrtf(running_var[c] + eps);
+    y[i] = (x[i] - running_mean[c]) * scale + (beta ? beta[c] : 0.f);
+  }
+}
+
+template <typename I>
+void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training, const float* x,
+                const float* gamma, const float* beta, float* running_mean, float* running_var,
+                float* y, float* save_mean, float* save_invstd) {
+  if (training) {
+    const BatchNormStatsOp<I> op{x,         gamma,       beta,  running_mean,
+                                 running_var, y,         save_mean, save_invstd,
+                                 double(s.outer * s.inner), double(s.eps), double(s.momentum)};
+    run_channel_reduce<I>(ctx, s.outer, s.channels, s.inner, op);
+    return;
+  }
+  const int64_t total = s.numel();
+  batchnorm_eval_kernel<I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+      x, gamma, beta, running_mean, running_var, y, I(total), I(s.channels),
+      Divider<I>(s.inner), Divider<I>(s.channels), s.eps);
+}
+
+}  // namespace
+
+void launch_batchnorm_forward(const KernelContext& ctx, const BatchNormShape& s, bool training,
+                              const float* x, const float* gamma, const float* beta,
+                              float* running_mean, float* running_var, float* y,
+                              float* save_mean, float* save_invstd) {
+  if (s.numel() <= 0) return;
+  if (fits_int32(s.numel()))
+    forward_as<int32_t>(ctx, s, training, x, gamma, beta, running_mean, running_var, y,
+                        save_mean, save_invstd);
+  else
+    forward_as<int64_t>(ctx, s, training, x, gamma, beta, running_mean, running_var, y,
+                        save_mean, save_invstd);
+}
+
+void launch_batchnorm_backward(const KernelContext& ctx, const BatchNormShape& s, const float* x,
+                               const float* dy, const float* gamma, const float* save_mean,
+                               const float* save_invstd, float* dx, float* dgamma,
+                               float* dbeta) {
+  const double count = double(s.outer * s.inner);
+  if (fits_int32(s.numel()) && fits_int32(s.channels))
+    run_channel_reduce<int32_t>(ctx, s.outer, s.channels, s.inner,
+                                BatchNormGradOp<int32_t>{x, dy, gamma, save_mean, save_invstd, dx,
+                                                         dgamma, dbeta, count});
+  else
+    run_channel_reduce<int64_t>(ctx, s.outer, s.channels, s.inner,
+                                BatchNormGradOp<int64_t>{x, dy, gamma, save_mean, save_invstd, dx,
+                                                         dgamma, dbeta, count});
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,253 @@
+// The per-channel reduction engine of channel.cu and batchnorm.cu: x viewed as [outer, channels,
+// inner] is reduced channel by channel (sums, Welford statistics, ...) in a fixed order, so the
+// results are deterministic, and optionally a second pass over each channel uses the result.
+//
+// What is reduced is an Op<I> (I the index type):
+//   kWords, kApply, kCoefWords   doubles in an accumulator; whether a second pass runs; floats of
+//                                per-channel coefficients that pass reads
+//   Local zero(I c)              a thread's running value for channel c (in float: fast)
+//   void add(Local&, I address)  one value of that channel
+//   void to_acc(const Local&, double* acc)      widened for the merges
+//   static void merge(double* a, const double* b)  a = a followed by b (order matters for Welford)
+//   void finish(I c, const double* acc, float* coef)  writes the op's results for channel c, and
+//                                the coefficients of the second pass
+//   void apply(I address, const float* coef)    the second pass, one value
+//
+// Launch shapes: 1-D blocks over (channel, part) tasks, part p being a contiguous slice of the
+// channel's outer * inner values; or, when inner == 1 (channels are the columns of a matrix),
+// blocks of 32 channels x 8 row lanes so that each warp reads 32 adjacent columns. The parts per
+// channel are chosen to fill the GPU. With one part a block owns its channel and runs the second
+// pass itself (no scratch); with several, each block leaves its partial in the device's scratch,
+// the last block to arrive merges every channel's parts in part order, finishes them and leaves
+// the coefficients there, and channel_apply_kernel runs the second pass over all values.
+#pragma once
+#include <algorithm>
+
+#include "kernels/cuda/launch.cuh"
+
+namespace trident::cuda {
+
+// Value j (< length = outer * inner) of channel c.
+template <typename I>
+struct ChannelWalk {
+  I channels = 1, inner = 1, length = 0;
+  Divider<I> by_inner;
+  bool one_run = false;  // outer == 1 or channels == 1: channel c is [c * length, (c+1) * length)
+  __device__ __forceinline__ I address(I c, I j) const {
+    if (one_run) return c * length + j;
+    const I o = by_inner.div(j);
+    return (o * channels + c) * inner + (j - o * inner);
+  }
+};
+
+template <class Op>
+constexpr int coef_slots() { return Op::kCoefWords > 0 ? Op::kCoefWords : 1; }
+
+// Merges the accumulators of a 1-D block (power-of-two size) in a fixed tree; every thread gets
+// the total. shared: kWords * blockDim.x doubles.
+template <class Op>
+__device__ __forceinline__ void block_merge(double* acc, double* shared) {
+  const int t = threadIdx.x, n = blockDim.x;
+  for (int k = 0; k < Op::kWords; ++k) shared[k * n + t] = acc[k];
+  __syncthreads();
+  for (int half = n / 2; half > 0; half /= 2) {
+    if (t < half) {
+      double a[Op::kWords], b[Op::kWords];
+      for (int k = 0; k < Op::kWords; ++k) a[k] = shared[k * n + t], b[k] = shared[k * n + t + half];
+      Op::merge(a, b);
+      for (int k = 0; k < Op::kWords; ++k) shared[k * n + t] = a[k];
+    }
+    __syncthreads();
+  }
+  for (int k = 0; k < Op::kWords; ++k) acc[k] = shared[k * n];
+  __syncthreads();
+}
+
+constexpr int kColumnChannels = 32, kColumnLanes = 8;
+
+// The same over the row lanes (threadIdx.y) of each column (threadIdx.x) of a column block.
+template <class Op>
+__device__ __forceinline__ void column_merge(double* acc, double* shared) {
+  const int x = threadIdx.x, y = threadIdx.y;
+  auto at = [&](int k, int lane) { return (k * kColumnLanes + lane) * kColumnChannels + x; };
+  for (int k = 0; k < Op::kWords; ++k) shared[at(k, y)] = acc[k];
+  __syncthreads();
+  for (int half = kColumnLanes / 2; half > 0; half /= 2) {
+    if (y < half) {
+      double a[Op::kWords], b[Op::kWords];
+      for (int k = 0; k < Op::kWords; ++k) a[k] = shared[at(k, y)], b[k] = shared[at(k, y + half)];
+      Op::merge(a, b);
+      for (int k = 0; k < Op::kWords; ++k) shared[at(k, y)] = a[k];
+    }
+    __syncthreads();
+  }
+  for (int k = 0; k < Op::kWords; ++k) acc[k] = shared[at(k, 0)];
+  __syncthreads();
+}
+
+// Run by every thread of the block that arrived last: each channel's parts merged in part order,
+// finished, and its coefficients left in the scratch for channel_apply_kernel.
+template <typename I, class Op>
+__device__ void finish_from_partials(const Op& op, I channels, I parts,
+                                     const ReduceScratch& scratch) {
+  __threadfence();  // pairs with the writers' fences: their partials are visible
+  const int threads = blockDim.x * blockDim.y;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  for (I c = I(tid); c < channels; c += I(threads)) {
+    double acc[Op::kWords], next[Op::kWords];
+    const double* p = scratch.partials + int64_t(c) * parts * Op::kWords;
+    for (int k = 0; k < Op::kWords; ++k) acc[k] = __ldcg(p + k);
+    for (I part = 1; part < parts; ++part) {
+      for (int k = 0; k < Op::kWords; ++k) next[k] = __ldcg(p + int64_t(part) * Op::kWords + k);
+      Op::merge(acc, next);
+    }
+    float coef[coef_slots<Op>()];
+    op.finish(c, acc, coef);
+    for (int k = 0; k < Op::kCoefWords; ++k)
+      scratch.coefficients[int64_t(c) * Op::kCoefWords + k] = coef[k];
+  }
+  if (tid == 0) *scratch.counter = 0u;  // every block has arrived: ready for the next kernel
+}
+
+template <typename I, class Op>
+__global__ void __launch_bounds__(kBlockThreads)
+    channel_reduce_kernel(ChannelWalk<I> walk, I parts, Op op, ReduceScratch scratch) {
+  __shared__ double shared[Op::kWords * kBlockThreads];
+  __shared__ float coef[coef_slots<Op>()];
+  __shared__ bool last;
+  const I tasks = walk.channels * parts;
+  for (I task = I(blockIdx.x); task < tasks; task += I(gridDim.x)) {
+    const I c = task / parts, part = task - c * parts;
+    const I begin = I(int64_t(walk.length) * int64_t(part) / int64_t(parts));
+    const I end = I(int64_t(walk.length) * int64_t(part + 1) / int64_t(parts));
+    typename Op::Local local = op.zero(c);
+    for (I j = begin + I(threadIdx.x); j < end; j += I(kBlockThreads))
+      op.add(local, walk.address(c, j));
+    double acc[Op::kWords];
+    op.to_acc(local, acc);
+    block_merge<Op>(acc, shared);
+    if (parts == 1) {  // this block owns channel c
+      if (threadIdx.x == 0) op.finish(c, acc, coef);
+      if constexpr (Op::kApply) {
+        __syncthreads();
+        for (I j = I(threadIdx.x); j < walk.length; j += I(kBlockThreads))
+          op.apply(walk.address(c, j), coef);
+      }
+      __syncthreads();  // coef is free for the next task
+      continue;
+    }
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < Op::kWords; ++k) scratch.partials[int64_t(task) * Op::kWords + k] = acc[k];
+      __threadfence();
+      last = atomicAdd(scratch.counter, 1u) == static_cast<unsigned>(tasks) - 1u;
+    }
+    __syncthreads();
+    if (last) finish_from_partials<I, Op>(op, walk.channels, parts, scratch);
+  }
+}
+
+// inner == 1: x is [rows, channels]; blockIdx.x picks 32 channels, blockIdx.y the part of rows.
+template <typename I, class Op>
+__global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
+    column_reduce_kernel(I rows, I channels, I parts, Op op, ReduceScratch scratch) {
+  __shared__ double shared[Op::kWords * kColumnLanes * kColumnChannels];
+  __shared__ float coef[kColumnChannels][coef_slots<Op>()];
+  __shared__ bool last;
+  const int x = threadIdx.x, y = threadIdx.y;
+  const I c = I(blockIdx.x) * kColumnChannels + I(x), part = I(blockIdx.y);
+  const bool active = c < channels;
+  const I begin = I(int64_t(rows) * int64_t(part) / int64_t(parts));
+  const I end = I(int64_t(rows) * int64_t(part + 1) / int64_t(parts));
+  typename Op::Local local = op.zero(active ? c : I(0));
+  if (active)
+    for (I r = begin + I(y); r < end; r += I(kColumnLanes)) op.add(local, r * channels + c);
+  double acc[Op::kWords];
+  op.to_acc(local, acc);
+  column_merge<Op>(acc, shared);
+  if (parts == 1) {
+    if (y == 0 && active) op.finish(c, acc, coef[x]);
+    if constexpr (Op::kApply) {
+      __syncthreads();
+      if (active)
+        for (I r = I(y); r < rows; r += I(kColumnLanes)) op.apply(r * channels + c, coef[x]);
+    }
+    return;
+  }
+  if (y == 0 && active) {
+    for (int k = 0; k < Op::kWords; ++k)
+      scratch.partials[(int64_t(c) * parts + part) * Op::kWords + k] = acc[k];
+    __threadfence();
+  }
+  __syncthreads();
+  if (x == 0 && y == 0)
+    last = atomicAdd(scratch.counter, 1u) == gridDim.x * gridDim.y - 1u;
+  __syncthreads();
+  if (last) finish_from_partials<I, Op>(op, channels, parts, scratch);
+}
+
+// The second pass when channels were split into parts: value i of x ([outer, channels, inner]).
+template <typename I, class Op>
+__global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
+                                     Divider<I> by_channels, Op op, const float* coefficients) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I q = by_inner.div(i);
+    const I c = q - by_channels.div(q) * channels;
+    float coef[coef_slots<Op>()];
+    for (int k = 0; k < Op::kCoefWords; ++k) coef[k] = coefficients[int64_t(c) * Op::kCoefWords + k];
+    op.apply(i, coef);
+  }
+}
+
+// Reduces x[outer, channels, inner] channel by channel with `op` (and applies, if Op::kApply).
+template <typename I, class Op>
+void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channels, int64_t inner,
+                        const Op& op) {
+  const int64_t length = outer * inner;
+  const int64_t target_blocks = 4 * int64_t(std::max(ctx.sms, 1));
+  const ReduceScratch& scratch = ctx.scratch;
+  // Parts per channel: enough blocks to fill the GPU, and few enough values per thread that its
+  // float accumulation stays accurate (~64), but at least a few per thread; no more than the
+  // scratch holds (partials, and the coefficients of a separate second pass).
+  auto parts_for = [&](int64_t units, int64_t threads, int64_t max_parts) {
+    int64_t parts = units >= target_blocks ? 1 : (target_blocks + units - 1) / units;
+    parts = std::max(parts, (length + 64 * threads - 1) / (64 * threads));
+    parts = std::min(parts, length / (16 * threads));
+    parts = std::min(parts, scratch.partial_words / (channels * Op::kWords));
+    parts = std::min(parts, max_parts);
+    if (Op::kApply && channels * Op::kCoefWords > scratch.coefficient_words) parts = 1;
+    return std::max<int64_t>(parts, 1);
+  };
+  if (inner == 1 && channels > 1) {
+    const int64_t tiles = (channels + kColumnChannels - 1) / kColumnChannels;
+    const int64_t parts = parts_for(tiles, kColumnLanes, 65535);
+    column_reduce_kernel<I, Op><<<dim3(unsigned(tiles), unsigned(parts)),
+                                  dim3(kColumnChannels, kColumnLanes), 0, ctx.stream>>>(
+        I(outer), I(channels), I(parts), op, scratch);
+    if constexpr (Op::kApply) {
+      if (parts > 1)
+        channel_apply_kernel<I, Op><<<grid_for(length * channels), kBlockThreads, 0,
+                                      ctx.stream>>>(I(length * channels), I(channels),
+                                                    Divider<I>(1), Divider<I>(channels), op,
+                                                    scratch.coefficients);
+    }
+    return;
+  }
+  const int64_t parts = parts_for(channels, kBlockThreads, INT32_MAX);
+  ChannelWalk<I> walk;
+  walk.channels = I(channels);
+  walk.inner = I(inner);
+  walk.length = I(length);
+  walk.by_inner = Divider<I>(std::max<int64_t>(inner, 1));
+  walk.one_run = outer == 1 || channels == 1;
+  const int64_t tasks = channels * parts;
+  const unsigned grid = unsigned(std::min<int64_t>(tasks, int64_t(1) << 24));
+  channel_reduce_kernel<I, Op><<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op, scratch);
+  if constexpr (Op::kApply) {
+    if (parts > 1)
+      channel_apply_kernel<I, Op><<<grid_for(length * channels), kBlockThreads, 0, ctx.stream>>>(
+          I(length * channels), I(channels), Divider<I>(std::max<int64_t>(inner, 1)),
+          Divider<I>(channels), op, scratch.coefficients);
+  }
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,17 @@
+// CUDA pieces of the batched im2col + GEMM convolution (backends/cuda/ops_conv2d.cpp drives the
+// cuBLAS GEMMs): the fixed-order reduction of the per-sample weight and bias gradients.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+// dw_part is [samples, OC, columns] with columns = patch + 1 when bias_column (the last column
+// is then the per-sample bias gradient), else patch. dw[OC, patch] and db[OC] (unless null)
+// = (accumulate ? themselves : 0) + the sums over the samples, in a fixed order.
+void launch_conv_grad_reduce(const KernelContext& ctx, const float* dw_part, int64_t samples,
+                             int64_t out_channels, int64_t patch, bool bias_column, float* dw,
+                             float* db, bool accumulate);
+
+}  // namespace trident::cuda

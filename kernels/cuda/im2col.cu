@@ -1,0 +1,134 @@
+// CUDA im2col (one thread per (sample, channel, output position), writing its KH*KW patch values
+// down the rows so that a warp's stores are contiguous) and col2im as a gather (one thread per
+// input pixel, no atomics: deterministic, in the CPU's order of additions).
+#include <algorithm>
+
+#include "kernels/cuda/im2col.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace trident::cuda {
+namespace {
+
+template <typename I>
+struct PatchDims {
+  I c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, p, rows;  // p = OH*OW, rows per sample of col
+  Divider<I> by_c, by_h, by_w, by_p, by_ow, by_sh, by_sw;
+};
+
+template <typename I>
+PatchDims<I> patch_dims(const Conv2dShape& s, int64_t rows_per_sample) {
+  PatchDims<I> d;
+  d.c = I(s.in_channels), d.h = I(s.height), d.w = I(s.width);
+  d.kh = I(s.kernel_h), d.kw = I(s.kernel_w), d.sh = I(s.stride_h), d.sw = I(s.stride_w);
+  d.ph = I(s.pad_h), d.pw = I(s.pad_w), d.oh = I(s.out_height()), d.ow = I(s.out_width());
+  d.p = d.oh * d.ow, d.rows = I(rows_per_sample);
+  d.by_c = Divider<I>(s.in_channels), d.by_h = Divider<I>(s.height);
+  d.by_w = Divider<I>(s.width), d.by_p = Divider<I>(s.out_height() * s.out_width());
+  d.by_ow = Divider<I>(s.out_width());
+  d.by_sh = Divider<I>(s.stride_h), d.by_sw = Divider<I>(s.stride_w);
+  return d;
+}
+
+// Items [0, col_items): (n, c, p), p fastest. Items past col_items: y[n, oc, p] = bias[oc].
+template <typename I>
+__global__ void im2col_kernel(PatchDims<I> d, const float* x, float* col, bool ones_row,
+                              I col_items, const float* bias, I y_items, I out_channels,
+                              Divider<I> by_out_channels, float* y) {
+  const I total = col_items + y_items;
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    if (i < col_items) {
+      const I t = d.by_p.div(i), p = i - t * d.p;
+      const I n = d.by_c.div(t), c = t - n * d.c;
+      const I oh = d.by_ow.div(p), ow = p - oh * d.ow;
+      const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+      const float* xc = x + (n * d.c + c) * d.h * d.w;
+      float* out = col + (n * d.rows + c * d.kh * d.kw) * d.p + p;
+      for (I kh = 0; kh < d.kh; ++kh) {
+        const I h = h0 + kh;
+        const bool row_inside = h >= 0 && h < d.h;
+        for (I kw = 0; kw < d.kw; ++kw, out += d.p) {
+          const I w = w0 + kw;
+          *out = row_inside && w >= 0 && w < d.w ? xc[h * d.w + w] : 0.f;
+        }
+      }
+      if (ones_row && c == 0) col[(n * d.rows + d.rows - 1) * d.p + p] = 1.f;
+    } else {
+      const I j = i - col_items;  // y[n, oc, p]
+      const I q = d.by_p.div(j);  // n * OC + oc
+      y[j] = bias[q - by_out_channels.div(q) * out_channels];
+    }
+  }
+}
+
+// dx[n, c, h, w]: kernel rows kh = (h + PH) mod SH, + SH, ... meet output rows
+// oh = (h + PH - kh) / SH, one lower each step; likewise for the columns.
+template <typename I>
+__global__ void col2im_kernel(PatchDims<I> d, const float* col, I total, float* dx) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I t = d.by_w.div(i), w = i - t * d.w;
+    const I t2 = d.by_h.div(t), h = t - t2 * d.h;
+    const I n = d.by_c.div(t2), c = t2 - n * d.c;
+    const float* col_nc = col + (n * d.rows + c * d.kh * d.kw) * d.p;
+    const I hp = h + d.ph, wp = w + d.pw;
+    const I oh_first = d.by_sh.div(hp), kh_first = hp - oh_first * d.sh;
+    const I ow_first = d.by_sw.div(wp), kw_first = wp - ow_first * d.sw;
+    float sum = 0.f;
+    for (I kh = kh_first, oh = oh_first; kh < d.kh && oh >= 0; kh += d.sh, --oh) {
+      if (oh >= d.oh) continue;
+      for (I kw = kw_first, ow = ow_first; kw < d.kw && ow >= 0; kw += d.sw, --ow) {
+        if (ow >= d.ow) continue;
+        sum += col_nc[(kh * d.kw + kw) * d.p + oh * d.ow + ow];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+// Whether the int32 kernels hold every coordinate sum (h + pad, o * stride + kernel).
+bool coordinates_fit(const Conv2dShape& s) {
+  return fits_int32(s.height + s.width + 2 * (s.pad_h + s.pad_w) + s.kernel_h + s.kernel_w +
+                    s.stride_h + s.stride_w);
+}
+
+template <typename I>
+void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, const float* x,
+               float* col, int64_t rows_per_sample, bool ones_row, const float* bias, float* y,
+               int64_t col_items, int64_t y_items) {
+  im2col_kernel<I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
+      patch_dims<I>(s, rows_per_sample), x, col, ones_row, I(col_items), bias, I(y_items),
+      I(s.out_channels), Divider<I>(s.out_channels), y);
+}
+
+}  // namespace
+
+void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
+                   const float* x, float* col, int64_t rows_per_sample, bool ones_row,
+                   const float* bias, float* y) {
+  const int64_t positions = s.out_height() * s.out_width();
+  const int64_t col_items = col ? samples * s.in_channels * positions : 0;
+  const int64_t y_items = bias ? samples * s.out_channels * positions : 0;
+  if (col_items + y_items <= 0) return;
+  const int64_t largest = std::max({col_items + y_items, samples * rows_per_sample * positions,
+                                    samples * s.in_channels * s.height * s.width});
+  if (fits_int32(largest) && coordinates_fit(s))
+    im2col_as<int32_t>(ctx, s, samples, x, col, rows_per_sample, ones_row, bias, y, col_items,
+                       y_items);
+  else
+    im2col_as<int64_t>(ctx, s, samples, x, col, rows_per_sample, ones_row, bias, y, col_items,
+                       y_items);
+}
+
+void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
+                   const float* col, int64_t rows_per_sample, float* dx) {
+  const int64_t total = samples * s.in_channels * s.height * s.width;
+  if (total <= 0) return;
+  const int64_t col_size = samples * rows_per_sample * s.out_height() * s.out_width();
+  if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
+    col2im_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        patch_dims<int32_t>(s, rows_per_sample), col, int32_t(total), dx);
+  else
+    col2im_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+        patch_dims<int64_t>(s, rows_per_sample), col, total, dx);
+}
+
+}  // namespace trident::cuda

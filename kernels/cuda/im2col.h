@@ -1,0 +1,25 @@
+// CUDA im2col / col2im over a batch (Conv2dShape: any kernel, stride and padding, rectangular),
+// for Device::im2col / col2im (one sample) and the batched convolution (kernels/cuda/conv2d.h).
+#pragma once
+#include <cstdint>
+
+#include "core/op_types.h"
+#include "kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+// col[n, r, p] for n < samples, r < rows_per_sample, p < OH*OW (rows_per_sample = CKK, or CKK + 1
+// with a ones row): row r = (c, kh, kw) holds x[n, c, oh*SH - PH + kh, ow*SW - PW + kw] at
+// column p = (oh, ow), zero outside the image; row CKK is all ones when ones_row. x is
+// [samples, C, H, W]; s.batch is ignored. When bias is not null, the same launch also writes
+// y[n, oc, p] = bias[oc] for the samples (y [samples, OC, OH*OW]), so that a GEMM can add into y.
+void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
+                   const float* x, float* col, int64_t rows_per_sample, bool ones_row,
+                   const float* bias, float* y);
+// The adjoint: dx[n, c, h, w] = the sum of the col entries (patch rows only, layout as above)
+// that read x[n, c, h, w], added in increasing (kh, kw) as the CPU's scatter adds them.
+// Overwrites dx [samples, C, H, W].
+void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
+                   const float* col, int64_t rows_per_sample, float* dx);
+
+}  // namespace trident::cuda

@@ -1,0 +1,31 @@
+// CUDA optimizer updates over one flat parameter buffer, one launch each: PyTorch's SGD
+// (momentum, Nesterov, weight decay), Adam and AdamW, with UpdateControl read on the device
+// (the schedule's row for step_state[1], the gradient-clipping coefficient from grad_sumsq), so
+// that a captured step replays with each step's own values.
+#pragma once
+#include <cstdint>
+
+#include "core/op_types.h"
+#include "kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+// UpdateControl with device pointers: schedule [schedule_rows, 2] (null: none), grad_sumsq [1]
+// (null: no clipping); step_state may be null when neither is given (SGD).
+struct UpdateControlArgs {
+  const float* schedule = nullptr;
+  int64_t schedule_rows = 0;
+  const float* grad_sumsq = nullptr;
+  float max_norm = 0.0f;
+};
+
+// See SgdParams; momentum may be null when no step uses momentum.
+void launch_sgd_update(const KernelContext& ctx, float* params, const float* grads,
+                       float* momentum, int64_t n, const SgdParams& hp,
+                       const UpdateControlArgs& control, const uint32_t* step_state);
+// See AdamParams; t = step_state[1] + 1.
+void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
+                        float* v, int64_t n, const AdamParams& hp,
+                        const UpdateControlArgs& control, const uint32_t* step_state);
+
+}  // namespace trident::cuda

@@ -1,0 +1,25 @@
+// CUDA pooling over NCHW planes (Pool2dShape: rectangular windows, any stride, padding): max
+// pooling with its argmax and optional fused ReLU, average pooling (padding counted), both
+// backward passes, and a warp-per-plane path for global average pooling.
+#pragma once
+#include <cstdint>
+
+#include "core/op_types.h"
+#include "kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+// y and argmax [N, C, OH, OW]: the window maximum and the flat h * W + w of its first maximum in
+// x's plane (a NaN wins, the last one of the window in row-major order); see Pool2dShape::relu.
+void launch_maxpool2d_forward(const KernelContext& ctx, const Pool2dShape& s, const float* x,
+                              float* y, int32_t* argmax);
+// dx[N, C, H, W] = dy summed at the argmax positions (entries outside the plane send nothing).
+void launch_maxpool2d_backward(const KernelContext& ctx, const Pool2dShape& s, const float* dy,
+                               const int32_t* argmax, float* dx);
+// y = window sum / (KH * KW); the backward spreads dy / (KH * KW) over each window.
+void launch_avgpool2d_forward(const KernelContext& ctx, const Pool2dShape& s, const float* x,
+                              float* y);
+void launch_avgpool2d_backward(const KernelContext& ctx, const Pool2dShape& s, const float* dy,
+                               float* dx);
+
+}  // namespace trident::cuda
