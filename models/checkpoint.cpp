@@ -1,4 +1,4 @@
-// Training checkpoints as safetensors. Layout (README, "Checkpoints and weights"):
+// Training checkpoints as safetensors. Layout (README, "Weights, checkpoints and PyTorch"):
 // - the network's state dict under PyTorch's names (parameters, batch-norm buffers and
 //   counters): `model.load_state_dict(safetensors.torch.load_file(path), strict=False)` loads
 //   exactly the weights;

@@ -10,7 +10,8 @@
 //
 // Where the device can capture (CUDA graphs), each batch size's forward is recorded once, on
 // its second use, and replayed after that: a call copies its inputs into the persistent input
-// buffer, replays, and reads the outputs back.
+// buffer, replays, and reads the outputs back. One call at a time: a Predictor's buffers are
+// its own, so threads that predict at once each need one.
 #pragma once
 #include <cstdint>
 #include <functional>
