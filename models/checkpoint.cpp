@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kFormat = "trident-checkpoint-2";
 constexpr const char* kOptimizerPrefix = "optimizer.";
-// Largest counter (epoch, step, seed) read from a file: far beyond any real run, and small enough
+// Largest epoch or step count read from a file: far beyond any real run, and small enough
 // that the trainer's increments cannot overflow int64.
 constexpr int64_t kMaxCounter = int64_t{1} << 53;
 
@@ -36,18 +36,18 @@ const std::string& require(const TensorFile& file, const std::string& path, cons
   return it->second;
 }
 
-int64_t parse_count(const std::string& path, const char* key, const std::string& text) {
-  const bool digits = !text.empty() && text.size() <= 19 &&
-                      text.find_first_not_of("0123456789") == std::string::npos;
-  if (digits) {
-    const long long v = std::stoll(text);  // at most 19 digits: fits, cannot throw
-    if (v <= kMaxCounter) return v;
+// A counter from the metadata: plain decimal digits, at most max_value.
+int64_t parse_count(const std::string& path, const char* key, const std::string& text,
+                    int64_t max_value = kMaxCounter) {
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw FormatError(path + ": metadata '" + key + "' = " + shown(text) +
+                      " is not a count (decimal digits, at most " + std::to_string(max_value) + ")");
+  uint64_t v = 0;  // 19 digits fit in uint64
+  for (const char c : text) v = v * 10 + static_cast<uint64_t>(c - '0');
+  if (v > static_cast<uint64_t>(max_value))
     throw FormatError(path + ": metadata '" + key + "' = " + shown(text) + " is larger than " +
-                      std::to_string(kMaxCounter) + "; the checkpoint is corrupt");
-  }
-  throw FormatError(path + ": metadata '" + key + "' = " + shown(text) +
-                    " is not a count (decimal digits, at most " + std::to_string(kMaxCounter) +
-                    ")");
+                      std::to_string(max_value) + "; the checkpoint is corrupt");
+  return static_cast<int64_t>(v);
 }
 
 HostTensor host_copy(const std::string& name, const Tensor& t) {
@@ -104,7 +104,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   const int64_t epoch = parse_count(path, "epoch", require(file, path, "epoch"));
   const int64_t step = parse_count(path, "global_step", require(file, path, "global_step"));
   const uint64_t seed =
-      static_cast<uint64_t>(parse_count(path, "seed", require(file, path, "seed")));
+      static_cast<uint64_t>(parse_count(path, "seed", require(file, path, "seed"), INT64_MAX));
 
   // The optimizer tensors must all be there with the right shapes; checked before any write.
   std::map<std::string, const HostTensor*> optimizer_state;

@@ -179,10 +179,12 @@ std::string describe_recipe(const ModelRecipe& r) {
 // resume, read), and temporaries that a killed write left beside it are removed.
 void prepare_checkpoint(const CliTrainSettings& s, bool leader, std::ostream& err) {
   if (s.checkpoint.empty()) return;
-  check_output_file_path(s.checkpoint, "--checkpoint");
+  // Every process reads the checkpoint it resumes from; the leader alone writes it (on its own
+  // machine, in a multi-machine job) and cleans up after it.
+  if (leader) check_output_file_path(s.checkpoint, "--checkpoint");
   if (s.resume && !std::filesystem::exists(s.checkpoint))
     throw UsageError("--resume: checkpoint '" + path_for_message(s.checkpoint) + "' does not exist");
-  if (!leader) return;  // the leader alone writes it, and cleans up after it
+  if (!leader) return;
   if (const int removed = remove_stale_temporaries(s.checkpoint))
     err << "removed " << removed << " temporary file" << (removed == 1 ? "" : "s") << " left beside "
         << s.checkpoint << " by an interrupted checkpoint write\n";

@@ -2,14 +2,16 @@
 // MNIST-format directory, the CLI run in-process, and the CLI binary run as a child process.
 #pragma once
 #include <fcntl.h>
-#include <unistd.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <spawn.h>
 #include <zlib.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -188,6 +190,17 @@ struct ChildResult {
   int status = -1;
   long max_rss_kib = 0;
 };
+
+// VmHWM (the resident high-water mark of the process's current image) from /proc, or 0. Unlike
+// wait4's ru_maxrss, it does not include the parent's memory that a spawned child starts from.
+inline long resident_high_water_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  return 0;
+}
+
 inline ChildResult run_child(const std::string& program, const std::vector<std::string>& args,
                              const std::vector<std::string>& extra_env = {}) {
   std::vector<std::string> argv_text = {program};
@@ -206,20 +219,13 @@ inline ChildResult run_child(const std::string& program, const std::vector<std::
   posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
   ChildResult r;
-  if (posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data()) != 0) return r;
+  const int spawned = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
-  // The child's own peak (VmHWM of its address space after exec), polled while it runs:
-  // rusage's ru_maxrss would include this process's memory, which a spawned child shares
-  // until its exec.
+  if (spawned != 0) return r;
+  // The high-water mark only grows: sampling it until the process exits catches its peak.
   int status = 0;
-  const std::string status_file = "/proc/" + std::to_string(pid) + "/status";
-  for (;;) {
-    std::ifstream proc(status_file);
-    std::string line;
-    while (std::getline(proc, line))
-      if (line.rfind("VmHWM:", 0) == 0) r.max_rss_kib = std::max(r.max_rss_kib, std::stol(line.substr(6)));
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    r.max_rss_kib = std::max(r.max_rss_kib, resident_high_water_kib(pid));
     usleep(2000);
   }
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

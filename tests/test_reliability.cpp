@@ -258,8 +258,10 @@ TEST_CASE("reliability 6: a safetensors header of 100,000 tensors parses in line
   const TensorFile loaded = load_safetensors(path);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(loaded.tensors.size() == 100000);
-  INFO("parse took " << seconds << " s (it took 58 s when duplicate keys were found by a linear scan)");
-  CHECK(seconds < 5.0);
+  // About 1.5 s here (2-core VM, release); a linear scan per key took over 100 s. The bound leaves
+  // room for sanitizer builds and a loaded machine.
+  INFO("parse took " << seconds << " s (it took over 100 s when duplicate keys were found by a linear scan)");
+  CHECK(seconds < 20.0);
 }
 
 TEST_CASE("reliability 7: checkpoint counters past 2^53 are refused, not wrapped",
@@ -272,12 +274,21 @@ TEST_CASE("reliability 7: checkpoint counters past 2^53 are refused, not wrapped
   Trainer trainer({&cpu()}, [] { return make_seed_mlp(); }, data, o);
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"global_step", "9223372036854775807"}, {"epoch", "9007199254740993"}, {"seed", "99999999999999999999"},
-           {"global_step", "-1"}, {"epoch", "+5"}, {"epoch", " 5"}, {"global_step", ""}}) {
+           {"global_step", "9999999999999999999"}, {"seed", "9223372036854775808"}, {"global_step", "-1"},
+           {"epoch", "+5"}, {"epoch", " 5"}, {"global_step", ""}}) {
     INFO(key << " = '" << value << "'");
     const std::string path = edited_checkpoint(dir, "counter.safetensors", [&](TensorFile& f) { f.metadata[key] = value; });
     CHECK_THROWS_WITH(trainer.load_checkpoint(path), Contains("'" + key + "'"));
   }
   CHECK(trainer.global_step() == 0);
+  // Any seed the CLI accepts (up to 2^63 - 1) round-trips; steps up to 2^53 load.
+  const std::string big = edited_checkpoint(dir, "big.safetensors", [](TensorFile& f) {
+    f.metadata["seed"] = "9223372036854775807";
+    f.metadata["global_step"] = "9007199254740992";
+  });
+  trainer.load_checkpoint(big);
+  CHECK(trainer.global_step() == (int64_t{1} << 53));
+  CHECK(trainer.options().seed == 9223372036854775807ull);
 }
 
 TEST_CASE("reliability 8: a new run removes the temporaries a killed checkpoint write left, only those",

@@ -1,12 +1,13 @@
 // Capture for OpenCL: a step recorded once as kernel objects with their arguments already set
-// (one object per launch, so later launches do not disturb them) plus re-run CLBlast calls, fills
-// and copies; replay() enqueues them in order with no argument setting and no Trident logic.
+// (one object per launch, so later launches do not disturb them) plus re-run host-side work
+// (CLBlast calls, fills, copies); replay() enqueues them in order with no argument setting and
+// no Trident logic.
 //
 // A step that transfers to or from the host, synchronizes, allocates or frees cannot be
 // recorded: capture() then returns nullptr (nothing of the step ran) and callers run it directly.
 #include <cstdio>
 
-#include "backends/opencl/opencl_device.h"
+#include "backends/opencl/cl_queue.h"
 #include "core/error.h"
 
 namespace trident::opencl {
@@ -15,10 +16,8 @@ namespace {
 
 class OpenClCapturedWork final : public CapturedWork {
  public:
-  OpenClCapturedWork(cl_command_queue queue, std::string label, KernelProfile* profile,
-                     std::unique_ptr<CaptureRecording> recording)
-      : queue_(queue), label_(std::move(label)), profile_(profile),
-        recording_(std::move(recording)) {}
+  OpenClCapturedWork(ClQueue& queue, std::unique_ptr<CaptureRecording> recording)
+      : queue_(queue), recording_(std::move(recording)) {}
 
   void replay() override {
     for (const CaptureRecording::Step& s : recording_->steps) {
@@ -27,24 +26,22 @@ class OpenClCapturedWork final : public CapturedWork {
         continue;
       }
       cl_event event = nullptr;
-      TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, s.kernel, s.dims, nullptr, s.global,
-                                              s.local, 0, nullptr, profile_ ? &event : nullptr),
-                       label_ + ", kernel " + s.name + " (replay)");
-      if (profile_) profile_->add(s.name, event);
+      TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(*queue_.queue(), s.kernel, s.range.dims, nullptr,
+                                              s.range.global, s.range.local, 0, nullptr,
+                                              queue_.profile_slot(event)),
+                       queue_.label() + ", kernel " + s.name + " (replay)");
+      queue_.profiled(s.name, event);
     }
   }
 
  private:
-  cl_command_queue queue_;
-  std::string label_;
-  KernelProfile* profile_;  // the device's, or null; like queue_, valid while the device lives
+  ClQueue& queue_;  // the device's: outlives every capture made on it
   std::unique_ptr<CaptureRecording> recording_;
 };
 
 }  // namespace
 
-cl_kernel OpenClDevice::kernel_for_launch(cl_program program, cl_kernel shared,
-                                          const char* name) {
+cl_kernel ClQueue::kernel_for_launch(cl_program program, cl_kernel shared, const char* name) {
   if (!recording_) return shared;
   cl_int status = CL_SUCCESS;
   cl_kernel fresh = clCreateKernel(program, name, &status);
@@ -53,28 +50,23 @@ cl_kernel OpenClDevice::kernel_for_launch(cl_program program, cl_kernel shared,
   return fresh;
 }
 
-void OpenClDevice::submit(cl_kernel kernel, cl_uint dims, const size_t* global,
-                          const size_t* local, const char* name) {
+void ClQueue::submit(cl_kernel kernel, const LaunchRange& range, const char* name) {
   if (recording_) {
     CaptureRecording::Step step;
     step.kernel = kernel;
-    step.dims = dims;
-    for (cl_uint d = 0; d < dims; ++d) {
-      step.global[d] = global[d];
-      step.local[d] = local[d];
-    }
+    step.range = range;
     step.name = name;
     recording_->steps.push_back(std::move(step));
     return;
   }
   cl_event event = nullptr;
-  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, kernel, dims, nullptr, global, local, 0,
-                                          nullptr, profile_slot(event)),
+  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, kernel, range.dims, nullptr, range.global,
+                                          range.local, 0, nullptr, profile_slot(event)),
                    label_ + ", kernel " + name);
-  if (profile_) profile_->add(name, event);
+  profiled(name, event);
 }
 
-bool OpenClDevice::record(std::function<void()> op) {
+bool ClQueue::record(std::function<void()> op) {
   if (!recording_) return false;
   CaptureRecording::Step step;
   step.op = std::move(op);
@@ -82,11 +74,11 @@ bool OpenClDevice::record(std::function<void()> op) {
   return true;
 }
 
-void OpenClDevice::refuse_in_capture(const char* what) noexcept {
+void ClQueue::refuse_in_capture(const char* what) noexcept {
   if (recording_ && recording_->failure.empty()) recording_->failure = what;
 }
 
-std::unique_ptr<CapturedWork> OpenClDevice::capture(const std::function<void()>& step) {
+std::unique_ptr<CapturedWork> ClQueue::capture(const std::function<void()>& step) {
   if (recording_) throw UsageError(label_ + ": capture() called while a capture is running");
   ensure_program();
   recording_ = std::make_unique<CaptureRecording>();
@@ -98,12 +90,11 @@ std::unique_ptr<CapturedWork> OpenClDevice::capture(const std::function<void()>&
   }
   std::unique_ptr<CaptureRecording> recording = std::move(recording_);
   if (!recording->failure.empty()) {
-    std::fprintf(stderr, "trident: %s: the step could not be captured (it calls %s); running it "
+    std::fprintf(stderr, "trident: %s: the step could not be captured (it makes %s); running it "
                  "directly each time.\n", label_.c_str(), recording->failure.c_str());
     return nullptr;
   }
-  return std::make_unique<OpenClCapturedWork>(queue_, label_, profile_.get(),
-                                              std::move(recording));
+  return std::make_unique<OpenClCapturedWork>(*this, std::move(recording));
 }
 
 }  // namespace trident::opencl

@@ -1,41 +1,62 @@
-// Elementwise kernels: ReLU, axpby, the GEMM epilogue (bias, ReLU) and dropout.
+// Elementwise kernels: the unary family (activations, forward and derivative), axpby, dropout.
 // Every buffer argument is a (pointer, element offset) pair; one work-item per element.
 
-__kernel void relu_forward(__global const float* x, ulong x_off, __global float* y, ulong y_off,
-                           uint n) {
-  const uint i = get_global_id(0);
-  if (i < n) y[y_off + i] = fmax(x[x_off + i], 0.0f);
+// The formulas of the UnaryOp family (core/op_types.h; core/unary_math.h holds the C++ copy),
+// one line each for the forward and the derivative. `op` is a UNARY_<name> code the host
+// defines from TRIDENT_UNARY_OPS, so a new activation is one case in each switch.
+float unary_apply(int op, float x, float alpha) {
+  switch (op) {
+    case UNARY_identity: return x;
+    case UNARY_relu: return x < 0.0f ? 0.0f : x;  // NaN fails the test: kept
+    case UNARY_leaky_relu: return x > 0.0f ? x : alpha * x;
+    case UNARY_tanh: return tanh(x);
+    case UNARY_sigmoid: return 1.0f / (1.0f + exp(-x));
+    case UNARY_gelu: return 0.5f * x * (1.0f + erf(x * 0.70710678118654752440f));
+  }
+  return x;
 }
 
-// dx = dy where y > 0 else 0; dx may alias dy.
-__kernel void relu_backward(__global const float* y, ulong y_off, __global const float* dy,
-                            ulong dy_off, __global float* dx, ulong dx_off, uint n) {
-  const uint i = get_global_id(0);
-  if (i < n) dx[dx_off + i] = y[y_off + i] > 0.0f ? dy[dy_off + i] : 0.0f;
+// dy * op'(x), from x or from y = op(x) as unary_backward_needs_input says.
+float unary_derivative(int op, float x, float y, float dy, float alpha) {
+  switch (op) {
+    case UNARY_identity: return dy;
+    case UNARY_relu: return y > 0.0f ? dy : 0.0f;
+    case UNARY_leaky_relu: return (alpha < 0.0f ? x > 0.0f : y > 0.0f) ? dy : alpha * dy;
+    case UNARY_tanh: return dy * (1.0f - y * y);
+    case UNARY_sigmoid: return dy * y * (1.0f - y);
+    case UNARY_gelu:
+      return dy * (0.5f * (1.0f + erf(x * 0.70710678118654752440f)) +
+                   x * 0.39894228040143267794f * exp(-0.5f * x * x));
+  }
+  return dy;
 }
 
-// y = a x + b y; b == 0 does not read y (it may hold garbage).
+// y = op(x); y may be x.
+__kernel void unary_forward(__global const float* x, ulong x_off, __global float* y, ulong y_off,
+                            uint n, int op, float alpha) {
+  const uint i = get_global_id(0);
+  if (i < n) y[y_off + i] = unary_apply(op, x[x_off + i], alpha);
+}
+
+// dx = dy * op'(x); x or y may be absent (has_x, has_y) where the op does not read it; dx may
+// be dy.
+__kernel void unary_backward(__global const float* x, ulong x_off, int has_x,
+                             __global const float* y, ulong y_off, int has_y,
+                             __global const float* dy, ulong dy_off, __global float* dx,
+                             ulong dx_off, uint n, int op, float alpha) {
+  const uint i = get_global_id(0);
+  if (i >= n) return;
+  const float xi = has_x ? x[x_off + i] : 0.0f, yi = has_y ? y[y_off + i] : 0.0f;
+  dx[dx_off + i] = unary_derivative(op, xi, yi, dy[dy_off + i], alpha);
+}
+
+// y = a x + b y; b == 0 does not read y (it may hold garbage). y may be x.
 __kernel void axpby(__global const float* x, ulong x_off, __global float* y, ulong y_off, uint n,
                     float a, float b) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const float ax = a * x[x_off + i];
   y[y_off + i] = b == 0.0f ? ax : ax + b * y[y_off + i];
-}
-
-// After a GEMM: c[r, col] (row stride ldc, m x n) gets + bias (kind 1: bias[col], 2: bias[r]),
-// then ReLU. scale_c != 1 rescales c first (the k == 0 GEMM, where CLBlast is not called).
-__kernel void gemm_epilogue(__global float* c, ulong c_off, uint ldc, uint m, uint n,
-                            __global const float* bias, ulong bias_off, int bias_kind, int relu,
-                            int rescale, float beta) {
-  const uint i = get_global_id(0);
-  if (i >= m * n) return;
-  const uint r = i / n, col = i - r * n;
-  const ulong at = c_off + (ulong)r * ldc + col;
-  float v = rescale ? (beta == 0.0f ? 0.0f : beta * c[at]) : c[at];
-  if (bias_kind == 1) v += bias[bias_off + col];
-  else if (bias_kind == 2) v += bias[bias_off + r];
-  c[at] = relu ? fmax(v, 0.0f) : v;
 }
 
 // Inverted dropout: y[i] = keep(g) ? x[i] / (1 - p) : 0, g = group_offset + i / group, and

@@ -1,5 +1,12 @@
-// Tiled SGEMM with a fused epilogue, built once per tile shape (-DTS_M=.. -DTS_N=.. -DTS_K=..).
-//
+// GEMM kernels. Built two ways:
+// - with -DTS_M=.. -DTS_N=.. -DTS_K=.. (one program per tile shape): the own tiled SGEMM with a
+//   fused bias and ReLU epilogue, gemm_tiled;
+// - without TS_M, as part of the main program (after elementwise.cl, whose unary_apply they use):
+//   the epilogue kernels for products computed elsewhere, gemm_epilogue (after CLBlast, or any
+//   activation other than ReLU after gemm_tiled) and split_k_sum (the end of a split-K product).
+// Backends/opencl/gemm_engine.cpp decides which runs.
+
+#ifdef TS_M
 // C[M,N] = alpha op(A) op(B) + beta C (+ bias per column / per row) (ReLU), for `batch` GEMMs at
 // once (get_group_id(2) is the batch index, each operand stepping by its batch stride; the last
 // one multiplies k_last terms instead of k: a split-K product's tail rides in the same launch).
@@ -12,15 +19,6 @@
 // convolution's [OC, N*OH*OW] product written straight into its NCHW output (ldc unused).
 // Indices inside one matrix are int: the host only calls this when they fit in 31 bits.
 
-#ifndef TS_M
-#define TS_M 64
-#endif
-#ifndef TS_N
-#define TS_N 64
-#endif
-#ifndef TS_K
-#define TS_K 16
-#endif
 #define GEMM_SIDE 16
 #define GEMM_THREADS (GEMM_SIDE * GEMM_SIDE)
 #define WPT_M (TS_M / GEMM_SIDE)
@@ -140,7 +138,46 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
       if (beta != 0.0f) v += beta * c[at];
       if (bias_kind == 1) v += bias[bias_off + gj];
       else if (bias_kind == 2) v += bias[bias_off + gi];
-      c[at] = relu ? fmax(v, 0.0f) : v;
+      c[at] = relu && v < 0.0f ? 0.0f : v;  // NaN kept, as UnaryOp::relu
     }
   }
 }
+
+#else  // the main program's epilogue kernels
+
+// After a GEMM computed elsewhere: c[r, col] (row stride ldc, m x n) gets + bias (kind 1:
+// bias[col], 2: bias[r]), then the activation (a UNARY_* code). rescale: C = beta C first (the
+// k == 0 product, where CLBlast is not called; beta == 0 does not read C).
+__kernel void gemm_epilogue(__global float* c, ulong c_off, uint ldc, uint m, uint n,
+                            __global const float* bias, ulong bias_off, int bias_kind,
+                            int activation, float activation_alpha, int rescale, float beta) {
+  const uint i = get_global_id(0);
+  if (i >= m * n) return;
+  const uint r = i / n, col = i - r * n;
+  const ulong at = c_off + (ulong)r * ldc + col;
+  float v = rescale ? (beta == 0.0f ? 0.0f : beta * c[at]) : c[at];
+  if (bias_kind == 1) v += bias[bias_off + col];
+  else if (bias_kind == 2) v += bias[bias_off + r];
+  c[at] = unary_apply(activation, v, activation_alpha);
+}
+
+// The end of a split-K GEMM: C[i, j] = the sum over s < slices of partial[s, i, j] (in slice
+// order) + beta C (beta == 0 never reads C) + bias per column (1) or per row (2), then the
+// activation. partial is [slices, m, n] packed; C has row stride ldc.
+__kernel void split_k_sum(__global const float* partial, ulong partial_off, uint slices, uint m,
+                          uint n, __global float* c, ulong c_off, uint ldc, float beta,
+                          __global const float* bias, ulong bias_off, int bias_kind,
+                          int activation, float activation_alpha) {
+  const uint idx = get_global_id(0);
+  if (idx >= m * n) return;
+  const uint i = idx / n, j = idx - i * n;
+  float v = 0.0f;
+  for (uint s = 0; s < slices; ++s) v += partial[partial_off + (ulong)s * m * n + idx];
+  __global float* out = c + c_off + (ulong)i * ldc + j;
+  if (beta != 0.0f) v += beta * *out;
+  if (bias_kind == 1) v += bias[bias_off + j];
+  else if (bias_kind == 2) v += bias[bias_off + i];
+  *out = unary_apply(activation, v, activation_alpha);
+}
+
+#endif

@@ -1,0 +1,124 @@
+// GemmEngine: how an OpenCL device multiplies matrices. Trident's own tiled kernel (gemm.cl:
+// small and medium products, bias and ReLU fused) or CLBlast plus an epilogue kernel (large
+// products), split-K for under-filled products, and the scratch they need. The policy comes from
+// the environment once, when the device is made (TRIDENT_OPENCL_OWN_GEMM, _SPLIT_K, _GEMM_TILE).
+#pragma once
+#include <CL/cl.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backends/opencl/cl_queue.h"
+#include "core/device.h"
+
+namespace trident::opencl {
+
+// When the own tiled kernel runs instead of CLBlast: TRIDENT_OPENCL_OWN_GEMM=auto (default: on
+// GPUs, products up to 2^31 multiply-adds, where CLBlast's per-call host work and its extra
+// pad/transpose/epilogue launches cost more than its faster large-matrix kernels gain), always,
+// never, or a number (the largest m*n*k*batch it takes, on any device type).
+enum class OwnGemmMode : int { auto_, always, never };
+struct GemmPolicy {
+  OwnGemmMode mode = OwnGemmMode::auto_;
+  double max_work = 0.0;        // auto: the largest m*n*k*batch for the own kernel
+  bool explicit_limit = false;  // max_work came from the variable: any device type
+  long split_k = 0;             // TRIDENT_OPENCL_SPLIT_K: 0 auto, else S slices (1: never)
+  long tile = 0;                // TRIDENT_OPENCL_GEMM_TILE: 0 auto, else 32, 64 or 128
+  // Reads the variables; a value it does not understand is a UsageError naming it.
+  static GemmPolicy from_env();
+};
+
+// One product on raw device memory, strides filled in: C[M,N] = alpha op(A) op(B) + beta C,
+// + bias (bias_kind 1: per column bias[N], 2: per row bias[M]), then the activation.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  size_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  DeviceMemory a, b, c;
+  size_t lda = 0, ldb = 0, ldc = 0;
+  DeviceMemory bias;
+  int bias_kind = 0;
+  UnaryOp activation = UnaryOp::identity;
+  float activation_alpha = 0.0f;
+};
+
+// One call of the own GEMM kernel: `batch` products C_i = alpha op(A_i) op(B_i) + beta C_i
+// (+ bias, ReLU), op(A)[i, p] = A[i * a_rs + p * a_cs], op(B)[p, j] = B[p * b_rs + j * b_cs],
+// operand i starting `*_batch` floats after operand i-1.
+struct TiledGemm {
+  size_t m = 0, n = 0, k = 0, batch = 1;
+  size_t k_last = size_t(-1);  // K of the last batch entry (a split-K tail); -1: k
+  size_t c_plane = 0;          // > 0: C is a conv output [N, M, c_plane] (see gemm.cl)
+  float alpha = 1.0f, beta = 0.0f;
+  DeviceMemory a, b, c;
+  size_t a_rs = 0, a_cs = 0, a_batch = 0, b_rs = 0, b_cs = 0, b_batch = 0, ldc = 0, c_batch = 0;
+  DeviceMemory bias;
+  int bias_kind = 0;  // 0 none, 1 per column, 2 per row
+  bool relu = false;
+  // The plain product's arguments as strides.
+  static TiledGemm of(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                      DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
+                      DeviceMemory c, size_t ldc);
+};
+
+class GemmEngine {
+ public:
+  GemmEngine(ClQueue& queue, const DeviceInfo& info);
+  ~GemmEngine();
+  GemmEngine(const GemmEngine&) = delete;
+  GemmEngine& operator=(const GemmEngine&) = delete;
+
+  // The whole product with its epilogue: split-K where it pays, else the own kernel where the
+  // policy and shape allow, else CLBlast and an epilogue kernel.
+  void gemm(const GemmCall& g);
+  // C = alpha op(A) op(B) + beta C alone, own kernel or CLBlast.
+  void plain(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+             DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
+             DeviceMemory c, size_t ldc);
+  // `batch` products C_i = alpha op(A_i) op(B_i) (beta 0), X_i = X + i * x_stride floats; the
+  // last one multiplies k_last terms (a split-K tail; k_last == k: all alike).
+  void strided_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                       DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b, size_t ldb,
+                       size_t b_stride, DeviceMemory c, size_t ldc, size_t c_stride,
+                       size_t batch, size_t k_last);
+  // Runs `t` on the own tiled kernel and returns true, or returns false (nothing queued) when
+  // the policy or the shape leaves it to CLBlast (gemm_tiled.cpp).
+  bool tiled(const TiledGemm& t);
+
+ private:
+  // Whether the own kernel takes a product of `work` multiply-adds on this device (the policy;
+  // shape limits aside).
+  bool own_kernel_takes(double work) const;
+  // How many K slices split_k cuts this product into (1: none).
+  size_t split_k_slices(const GemmCall& g) const;
+  // The product as a split-K sum with its epilogue; false when the shape does not call for it.
+  bool split_k(const GemmCall& g);
+  void clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+               DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
+               DeviceMemory c, size_t ldc);
+  // The tile program `variant` (built on first use) and its kernel.
+  cl_kernel tile_kernel(int variant);
+
+  ClQueue& queue_;
+  const GemmPolicy policy_;
+  const bool is_gpu_;
+  const int compute_units_;
+
+  static constexpr int kTileVariants = 3;
+  std::once_flag tile_once_[kTileVariants];
+  cl_program tile_programs_[kTileVariants] = {};
+  cl_kernel tile_kernels_[kTileVariants] = {};
+
+  // CLBlast's scratch for padded GEMMs and the split-K partial products, grown to the largest
+  // need and kept (no allocation once a step has run).
+  ClBuffer clblast_scratch_, split_k_scratch_;
+  // CLBlast's scratch need per (transposes, sizes, offsets, strides): asked once each.
+  std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
+                      size_t>,
+           size_t>
+      clblast_scratch_sizes_;
+};
+
+}  // namespace trident::opencl

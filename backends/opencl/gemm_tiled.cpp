@@ -1,0 +1,137 @@
+// The own tiled GEMM (kernels/opencl/gemm.cl): which tile shape, whether a shape fits its
+// 32-bit indexing, and its launch: one enqueue with the bias and ReLU fused, no host-side
+// scratch.
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "backends/opencl/gemm_engine.h"
+#include "core/error.h"
+
+namespace trident::opencl {
+namespace {
+
+// Tile shapes, smallest first; each is a separate program (-D options), so every loop bound in
+// the kernel is a compile-time constant and the accumulators stay in registers. The small tile
+// serves long-K products with few output tiles (200x10x512): a deep K slice halves the number of
+// latency-bound load/barrier rounds.
+struct GemmTile {
+  size_t m, n, k;
+  const char* options;
+};
+const GemmTile kTiles[] = {
+    {32, 32, 32, "-cl-std=CL1.2 -DTS_M=32 -DTS_N=32 -DTS_K=32"},
+    {64, 64, 16, "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=16"},
+    {128, 128, 8, "-cl-std=CL1.2 -DTS_M=128 -DTS_N=128 -DTS_K=8"},
+};
+const char* const kTileKernelNames[] = {"gemm_tiled (32x32 tiles)", "gemm_tiled (64x64 tiles)",
+                                        "gemm_tiled (128x128 tiles)"};
+constexpr size_t kGemmSide = 16;  // work-groups are 16 x 16 (gemm.cl's GEMM_SIDE)
+
+size_t groups_for(const GemmTile& tile, const TiledGemm& t) {
+  return (t.m + tile.m - 1) / tile.m * ((t.n + tile.n - 1) / tile.n) * t.batch;
+}
+
+// The largest tile that still gives half the compute units a work-group (a larger tile does
+// more multiply-adds per local-memory read, and its loads are prefetched, so one work-group per
+// compute unit is not starved) and wastes at most a third of its work on edge padding (a conv's
+// 20 x 12800 output would be 84% padding in 128-row tiles); `forced` (TRIDENT_OPENCL_GEMM_TILE:
+// 32, 64 or 128) picks one (tests use it to run every variant).
+int pick_variant(const TiledGemm& t, int compute_units, long forced) {
+  for (int v = 0; v < 3; ++v)
+    if (forced != 0 && size_t(forced) == kTiles[v].m) return v;
+  const size_t wanted = size_t(std::max(compute_units / 2, 1));
+  const double useful = double(t.m) * double(t.n) * double(t.batch);
+  for (int v = 2; v > 0; --v) {
+    const size_t groups = groups_for(kTiles[v], t);
+    const double padded = double(groups) * double(kTiles[v].m) * double(kTiles[v].n);
+    if (groups >= wanted && padded <= 1.5 * useful) return v;
+  }
+  return 0;
+}
+
+// Whether (rows-1)*row_stride + (cols-1)*col_stride, the last index the kernel forms in one
+// matrix, stays within the kernel's 31-bit int arithmetic.
+bool fits_int(size_t rows, size_t row_stride, size_t cols, size_t col_stride) {
+  const double last = double(rows ? rows - 1 : 0) * double(row_stride) +
+                      double(cols ? cols - 1 : 0) * double(col_stride);
+  return last < double(INT_MAX) && row_stride < size_t(INT_MAX) && col_stride < size_t(INT_MAX);
+}
+
+}  // namespace
+
+TiledGemm TiledGemm::of(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                        DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
+                        DeviceMemory c, size_t ldc) {
+  TiledGemm t;
+  t.m = m;
+  t.n = n;
+  t.k = k;
+  t.alpha = alpha;
+  t.beta = beta;
+  t.a = a;
+  t.b = b;
+  t.c = c;
+  // op(A)[i, p] is A[i, p] (stored [M,K]) or A[p, i] (stored [K,M]); likewise op(B).
+  t.a_rs = trans_a ? 1 : lda;
+  t.a_cs = trans_a ? lda : 1;
+  t.b_rs = trans_b ? 1 : ldb;
+  t.b_cs = trans_b ? ldb : 1;
+  t.ldc = ldc;
+  return t;
+}
+
+cl_kernel GemmEngine::tile_kernel(int variant) {
+  std::call_once(tile_once_[variant], [this, variant] {
+    cl_program program =
+        queue_.build_program(kTiles[variant].options, kernel_file_text("gemm"), {"gemm_tiled"});
+    cl_int status = CL_SUCCESS;
+    cl_kernel kernel = clCreateKernel(program, "gemm_tiled", &status);
+    if (status != CL_SUCCESS) clReleaseProgram(program);
+    TRIDENT_CL_CHECK(status, queue_.label() + ", kernel gemm_tiled");
+    tile_programs_[variant] = program;
+    tile_kernels_[variant] = kernel;
+  });
+  return tile_kernels_[variant];
+}
+
+bool GemmEngine::tiled(const TiledGemm& t) {
+  if (policy_.mode == OwnGemmMode::never) return false;
+  if (t.m == 0 || t.n == 0 || t.batch == 0) return true;
+  const double work = double(t.m) * double(t.n) * double(std::max<size_t>(t.k, 1)) * t.batch;
+  if (t.k_last != size_t(-1) && t.k_last > t.k) return false;  // fits_int below checks k
+  if (!own_kernel_takes(work)) return false;
+  if (!fits_int(t.m, t.a_rs, t.k, t.a_cs) || !fits_int(t.k, t.b_rs, t.n, t.b_cs) ||
+      !fits_int(t.m, t.c_plane ? t.n : t.ldc, t.n, 1) || t.k > size_t(INT_MAX / 2))
+    return false;  // CLBlast takes matrices whose indices need 64 bits
+  const int variant = pick_variant(t, compute_units_, policy_.tile);
+  const GemmTile& tile = kTiles[variant];
+  LaunchRange range;
+  range.dims = 3;
+  range.global[0] = (t.n + tile.n - 1) / tile.n * kGemmSide;
+  range.global[1] = (t.m + tile.m - 1) / tile.m * kGemmSide;
+  range.global[2] = t.batch;
+  range.local[0] = kGemmSide;
+  range.local[1] = kGemmSide;
+  range.local[2] = 1;
+  // NVIDIA maps the NDRange's 2nd and 3rd dimensions to CUDA grid y and z: at most 65535 groups.
+  constexpr size_t kMaxGroupsYZ = 65535;
+  if (range.global[0] > UINT_MAX || range.global[1] / kGemmSide > kMaxGroupsYZ ||
+      t.batch > kMaxGroupsYZ)
+    return false;
+  const cl_kernel kernel = tile_kernel(variant);  // builds the program on first use
+  const bool has_bias = t.bias && t.bias_kind != 0;
+  const size_t k_last = t.k_last == size_t(-1) ? t.k : t.k_last;
+  queue_.launch_from(
+      tile_programs_[variant], kernel, "gemm_tiled", kTileKernelNames[variant], range,
+      cl_uint(t.m), cl_uint(t.n), cl_uint(t.k), cl_uint(k_last),
+      queue_.buffer(t.a, sizeof(float), "GEMM A"), cl_int(t.a_rs), cl_int(t.a_cs),
+      cl_ulong(t.a_batch), queue_.buffer(t.b, sizeof(float), "GEMM B"), cl_int(t.b_rs),
+      cl_int(t.b_cs), cl_ulong(t.b_batch), queue_.buffer(t.c, sizeof(float), "GEMM C"),
+      cl_int(t.ldc), cl_uint(t.c_plane), cl_ulong(t.c_batch), t.alpha, t.beta,
+      has_bias ? queue_.buffer(t.bias, sizeof(float), "bias") : BufferArg{},
+      cl_int(has_bias ? t.bias_kind : 0), cl_int(t.relu));
+  return true;
+}
+
+}  // namespace trident::opencl

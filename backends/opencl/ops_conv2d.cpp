@@ -1,0 +1,126 @@
+// The convolution slots: im2col over the whole batch and one GEMM per product (NCHW, rectangular
+// kernels, strides and padding; kernels/opencl/im2col.cl and conv2d.cl).
+//
+// Workspace (floats): col [CKK + 1, L] | product [OC, L] | partial [S (+1), OC, CKK + 1], with
+// CKK = C*KH*KW, L = N*OH*OW, columns j = n*OH*OW + oh*OW + ow (the "channel-major" layout) and
+// col's last row all ones.
+// Forward:  col = im2col(x); y = W[OC, CKK] col[:CKK] + b, written in NCHW with the bias by the
+//           own GEMM (one launch), or by CLBlast into product plus a conv_output_nchw pass.
+//           The workspace then holds x's columns: the forward returns true.
+// Backward: col = im2col(x) unless the front says the forward's columns are still there
+//           (workspace_valid); product = dy in channel-major; partial = product col^T, whose
+//           last column (the ones row's) is the bias gradient; dw and db = the sums of partial's
+//           split-K slices (conv_grad_sum). With dx: col[:CKK] = W^T product (overwriting the
+//           columns: the backward then returns false) and dx = col2im(col).
+// dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x (CKK + 1) is small),
+// which one GEMM runs on a handful of work-groups: it is split into S slices of L, run as one
+// strided batched GEMM, and the slices are summed by conv_grad_sum.
+#include <algorithm>
+
+#include "backends/opencl/conv_geometry.h"
+#include "backends/opencl/opencl_device.h"
+
+namespace trident::opencl {
+namespace {
+
+struct ConvLayout {
+  ConvGeometry g;
+  size_t patch, taps, cols;   // CKK, CKK + 1 (the ones row), L
+  size_t slices, slice_cols;  // dW split-K: S slices of slice_cols columns (+ a tail), or 0
+  explicit ConvLayout(const Conv2dShape& s)
+      : g(s), patch(g.patch()), taps(g.patch() + 1), cols(size_t(g.batch) * g.plane()) {
+    // Slices of at least kSliceColumns, while the partial sums stay small. Each slice is one
+    // work-group's K loop on a GPU: short slices give more work-groups and fewer latency-bound
+    // rounds (the seed CNN's 115200-column conv1 gradient: 256 slices of 450).
+    constexpr size_t kSliceColumns = 256, kMaxSlices = 256, kMaxPartialFloats = size_t(8) << 20;
+    const size_t weights = size_t(g.out_channels) * taps;
+    slices = std::min({cols / kSliceColumns, kMaxSlices, kMaxPartialFloats / weights});
+    if (slices < 2) slices = 0;  // one GEMM is fine
+    slice_cols = slices ? cols / slices : 0;
+  }
+  // Partial [dW | db] products: S slices plus one for the tail L - S * slice_cols when there is
+  // one; a single one without split-K.
+  size_t partial_rows() const {
+    return slices == 0 ? 1 : slices + (cols > slices * slice_cols ? 1 : 0);
+  }
+  size_t product_offset() const { return taps * cols * sizeof(float); }
+  size_t partial_offset() const { return (taps + g.out_channels) * cols * sizeof(float); }
+  size_t bytes() const {
+    return partial_offset() + partial_rows() * g.out_channels * taps * sizeof(float);
+  }
+};
+
+}  // namespace
+
+size_t OpenClDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
+  return ConvLayout(s).bytes();
+}
+
+bool OpenClDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                     const Tensor& b, const Tensor& y, const Tensor& workspace) {
+  const ConvLayout L(s);
+  const ConvGeometry& d = L.g;
+  const DeviceMemory col = workspace.memory(), product = col.at(L.product_offset());
+  queue_.launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * L.cols),
+                queue_.buffer(x, "x"), queue_.buffer(col, sizeof(float), "workspace"), d.batch,
+                d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w,
+                d.pad_h, d.pad_w, d.out_h, d.out_w, cl_int(1));
+  // The own GEMM writes y in NCHW with the bias added; CLBlast needs the product and a pass.
+  TiledGemm t = TiledGemm::of(false, false, d.out_channels, L.cols, L.patch, 1.0f, w.memory(),
+                              L.patch, col, L.cols, 0.0f, y.memory(), L.cols);
+  t.c_plane = d.plane();
+  t.bias = b.memory();
+  t.bias_kind = b.defined() ? 2 : 0;
+  if (gemm_.tiled(t)) return true;
+  gemm_.plain(false, false, d.out_channels, L.cols, L.patch, 1.0f, w.memory(), L.patch, col,
+              L.cols, 0.0f, product, L.cols);
+  queue_.launch(Kernel::conv_output_nchw, LaunchRange::items(d.out_channels * L.cols),
+                queue_.buffer(product, sizeof(float), "workspace"), queue_.buffer(y, "y"),
+                queue_.optional(b, "bias"), d.batch, d.out_channels, cl_uint(d.plane()));
+  return true;
+}
+
+bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                      const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                      const Tensor& db, const Tensor& workspace,
+                                      bool workspace_valid) {
+  const ConvLayout L(s);
+  const ConvGeometry& d = L.g;
+  const DeviceMemory col = workspace.memory(), product = col.at(L.product_offset());
+  const DeviceMemory partial = col.at(L.partial_offset());
+  if (!workspace_valid)
+    queue_.launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * L.cols),
+                  queue_.buffer(x, "x"), queue_.buffer(col, sizeof(float), "workspace"),
+                  d.batch, d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h,
+                  d.stride_w, d.pad_h, d.pad_w, d.out_h, d.out_w, cl_int(1));
+  queue_.launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * L.cols),
+                queue_.buffer(dy, "dy"), queue_.buffer(product, sizeof(float), "workspace"),
+                d.batch, d.out_channels, cl_uint(d.plane()));
+  // partial [rows, OC, taps] = product[OC, L] col[taps, L]^T, split over L when L is long.
+  const size_t grads = size_t(d.out_channels) * L.taps;
+  if (L.slices == 0) {
+    gemm_.plain(false, true, d.out_channels, L.taps, L.cols, 1.0f, product, L.cols, col, L.cols,
+                0.0f, partial, L.taps);
+  } else {
+    const size_t done = L.slices * L.slice_cols;
+    // The tail slice (L.cols - done columns) is the last batch entry.
+    gemm_.strided_batched(false, true, d.out_channels, L.taps, L.slice_cols, 1.0f, product,
+                          L.cols, L.slice_cols, col, L.cols, L.slice_cols, partial, L.taps, grads,
+                          L.partial_rows(), L.cols > done ? L.cols - done : L.slice_cols);
+  }
+  queue_.launch(Kernel::conv_grad_sum, LaunchRange::items(grads),
+                queue_.buffer(partial, sizeof(float), "workspace"), cl_uint(L.partial_rows()),
+                d.out_channels, cl_uint(L.taps), queue_.buffer(dw, "dw"),
+                queue_.optional(db, "db"));
+  if (!dx.defined()) return true;  // the columns are untouched
+  // col[CKK, L] = W[OC, CKK]^T product[OC, L], over the columns of x.
+  gemm_.plain(true, false, L.patch, L.cols, d.out_channels, 1.0f, w.memory(), L.patch, product,
+              L.cols, 0.0f, col, L.cols);
+  queue_.launch(Kernel::col2im, LaunchRange::items(size_t(d.batch) * d.channels * d.input_plane()),
+                queue_.buffer(col, sizeof(float), "workspace"), queue_.buffer(dx, "dx"), d.batch,
+                d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w,
+                d.pad_h, d.pad_w, d.out_h, d.out_w);
+  return false;
+}
+
+}  // namespace trident::opencl
