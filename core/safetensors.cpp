@@ -31,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 bool dtype_from_name(const std::string& name, DType* out) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8}) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8, DType::i64}) {
     if (name == dtype_name(t)) {
       *out = t;
       return true;

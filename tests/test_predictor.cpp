@@ -16,6 +16,7 @@
 #include "models/state_dict.h"
 #include "models/trainer.h"
 #include "models/zoo.h"
+#include "tests/conformance.h"
 #include "tests/test_data.h"
 #include "tests/test_files.h"
 
@@ -287,4 +288,29 @@ TEST_CASE("predictor: probabilities, top-k, and inputs it refuses", "[predictor]
   PredictorOptions bad = options_for(recipe);
   bad.normalization.std = {0.0f};
   CHECK_THROWS_WITH(Predictor(recipe.factory(), cpu(), path, bad), Catch::Contains("positive std"));
+}
+
+TEST_CASE("predictor: every device answers as the CPU does, capture and replays included",
+          "[predictor][devices]") {
+  ScratchDir dir("predict-devices");
+  const ModelRecipe& recipe = find_model("resnet");
+  const std::string path = random_weights(recipe, dir.file("w.safetensors"), 8);
+  PredictorOptions o = options_for(recipe);
+  o.max_batch = 8;
+  Predictor reference(recipe.factory(), cpu(), path, o);
+  FOR_EACH_DEVICE(device) {
+    Predictor p(recipe.factory(), *device, path, o);
+    for (int call = 0; call < 3; ++call) {  // eager, captured (where it can), replayed
+      for (int64_t count : {int64_t(1), int64_t(11)}) {
+        INFO("call " << call << ", " << count << " samples");
+        const std::vector<uint8_t> images = random_images(count, 50 + uint32_t(call * 2 + count));
+        const std::vector<float> want = reference.outputs(images.data(), count);
+        const std::vector<float> got = p.outputs(images.data(), count);
+        REQUIRE(got.size() == want.size());
+        for (int64_t i = 0; i < count; ++i)
+          CHECK(argmax(&got[size_t(i * 10)], 10) == argmax(&want[size_t(i * 10)], 10));
+        for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-3));
+      }
+    }
+  }
 }
