@@ -1,5 +1,5 @@
 // Trident's umbrella header: the device interface, tensors, the registry, data sets, the layers,
-// networks, optimizers, schedules, the built-in models and the Trainer.
+// networks, optimizers, schedules, the built-in models, the Trainer and the Predictor.
 #pragma once
 #include "core/dataset.h"
 #include "core/device.h"
@@ -10,6 +10,7 @@
 #include "models/layers.h"
 #include "models/network.h"
 #include "models/optimizer.h"
+#include "models/predictor.h"
 #include "models/schedule.h"
 #include "models/sequential.h"
 #include "models/state_dict.h"

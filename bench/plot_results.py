@@ -29,6 +29,9 @@ def plot_ratios(result, out_path):
         if r["bench"] == "train":
             labels.append(f"{r['model']}\n{r['device']}\nvs {r['against']}")
             colors.append("tab:blue")
+        elif r["bench"] == "inference":
+            labels.append(f"infer {r['model']}\nbatch {r['batch']}\n{r['device']}\nvs {r['against']}")
+            colors.append("tab:green")
         else:
             labels.append(f"GEMM {r['size']}\n{r['device']}")
             colors.append("tab:orange")
@@ -41,7 +44,7 @@ def plot_ratios(result, out_path):
                 fontsize=8)
     ax.set_xticks(range(len(values)))
     ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("Trident / PyTorch (training samples/s; GEMM GFLOP/s)")
+    ax.set_ylabel("Trident / PyTorch (training samples/s; inference\nPyTorch / Trident latency; GEMM GFLOP/s)")
     names = sorted({r["device_name"] for r in result["single"]["records"]})
     ax.set_title(f"{result['machine']}: {', '.join(names)} (torch {result.get('torch', '?')})", fontsize=9)
     fig.tight_layout()

@@ -69,8 +69,9 @@ def use_stat(records, stat):
 
 
 def key(r):
-    return (r["impl"] + ("-compile" if r.get("compile") else ""), r["bench"], r["device"], r["model"],
-            r["batch"], r["size"], r["n_devices"])
+    impl = r["impl"] + ("-compile" if r.get("compile") else "") + \
+        ("-inference_mode" if r.get("inference_mode") else "")
+    return (impl, r["bench"], r["device"], r["model"], r["batch"], r["size"], r["n_devices"])
 
 
 def keep_best(best, records):
@@ -114,6 +115,9 @@ def single_device(args, bench, python):
     units = [["--models", m, "--no-gemm"] for m in (args.models or "mlp,cnn,mlp-big").split(",") if m]
     if not args.no_gemm:
         units.append(["--no-train"] + (["--gemm-sizes", args.gemm_sizes] if args.gemm_sizes else []))
+    if not args.no_inference:  # Trident's Predictor against PyTorch no_grad and inference_mode
+        units += [["--models", m, "--no-train", "--no-gemm", "--inference", "--inference-batches",
+                   args.inference_batches] for m in args.inference_models.split(",") if m]
     best = {}
     for rnd in range(args.rounds):
         for unit in units:
@@ -121,7 +125,9 @@ def single_device(args, bench, python):
             for d in devices:
                 trident += run_json([bench] + (["--device", d] if d else []) + common_args(args) + unit)
                 # What the first device chose (mlp-big's batch, GEMM sizes) the others and PyTorch use too.
-                if "--no-train" in unit and not args.gemm_sizes:
+                if "--inference" in unit:
+                    pass
+                elif "--no-train" in unit and not args.gemm_sizes:
                     unit = unit + ["--gemm-sizes", ",".join(str(r["size"]) for r in trident)]
                 elif "--no-train" not in unit and not args.big_batch and trident:
                     unit = unit + ["--big-batch", str(trident[0]["batch"])]
@@ -133,7 +139,7 @@ def single_device(args, bench, python):
                 torch_device = "cuda" if has_cuda and not on_cpu else "cpu"
             base = [python, os.path.join(HERE, "torch_reference.py"), "--device", torch_device]
             keep_best(best, run_json(base + common_args(args) + unit))
-            if args.compile and "--no-train" not in unit:
+            if args.compile and ("--no-train" not in unit or "--inference" in unit):
                 keep_best(best, run_json(base + common_args(args) + unit + ["--compile"]))
     records = list(best.values())
     trident_devices = sorted({r["device"] for r in records if r["impl"] == "trident"})
@@ -163,6 +169,23 @@ def single_device(args, bench, python):
                                "against": "trident " + first["device"], "batch": r["batch"], "ratio": ratio})
                 line += f" | {100 * ratio:.0f}% of {first['device']}"
             print(line)
+    inference = [r for r in records if r["bench"] == "inference"]
+    if inference:
+        print("\n== inference, host inputs to host outputs (ms per call, samples/s; "
+              "ratio = PyTorch ms / Trident ms)")
+    for model in list(dict.fromkeys(r["model"] for r in inference)):
+        for batch in sorted({r["batch"] for r in inference if r["model"] == model}):
+            rows = [r for r in inference if r["model"] == model and r["batch"] == batch]
+            refs = {key(r)[0]: r for r in rows if r["impl"] != "trident"}
+            for r in [r for r in rows if r["impl"] == "trident"]:
+                line = (f"{model:8s} batch {batch:4d}  {r['device']:9s} {r['ms_per_step']:9.3f} ms "
+                        f"{r['samples_per_s']:11.0f}/s" + (" captured" if r.get("capture") else ""))
+                for impl, ref in sorted(refs.items()):
+                    ratio = ref["ms_per_step"] / r["ms_per_step"]
+                    ratios.append({"bench": "inference", "model": model, "device": r["device"],
+                                   "against": impl, "batch": batch, "ratio": ratio})
+                    line += f" | {impl} {ref['ms_per_step']:9.3f} ms x{ratio:.2f}"
+                print(line)
     gemm = [r for r in records if r["bench"] == "gemm"]
     if gemm:
         print("\n== GEMM C[n,n] = A B (GFLOP/s; % of torch.matmul)")
@@ -230,6 +253,9 @@ def main():
     p.add_argument("--epochs", type=int, help="epochs, the first is warm-up (4)")
     p.add_argument("--gemm-sizes", help="square GEMM sizes, e.g. 256,1024,4096")
     p.add_argument("--no-gemm", action="store_true")
+    p.add_argument("--no-inference", action="store_true", help="skip the inference rows")
+    p.add_argument("--inference-models", default="mlp,cnn,resnet")
+    p.add_argument("--inference-batches", default="1,1000")
     p.add_argument("--data", help="MNIST-format dir or 'synthetic' (default: Fashion-MNIST if present)")
     p.add_argument("--compile", action="store_true", help="also PyTorch with torch.compile (2.x)")
     p.add_argument("--rounds", type=int, default=1, help="alternate the programs R times, keep the best")

@@ -4,12 +4,19 @@
     torch_reference.py [--device cpu|cuda] [--models mlp,cnn,mlp-big] [--batch 200] [--big-batch N]
                        [--steps N] [--epochs 4] [--compile] [--threads N] [--gemm-sizes ...]
                        [--no-train] [--no-gemm] [--data DIR|synthetic]
+                       [--inference] [--inference-batches 1,1000]
 
 Runs on PyTorch 1.13 (Debian's python3-torch, /usr/bin/python3) and 2.x. Timing mirrors trident_bench:
 batch * steps samples resident on the device, one index table per epoch drawn before the clock starts,
 per step only indices select the batch; epoch 1 is warm-up; the loss is summed on the device and read
 once per epoch. On CPU, OMP_WAIT_POLICY=PASSIVE is set before torch loads (unless already set): PyTorch's
 OpenMP threads otherwise spin and fight OpenBLAS's pthreads for the cores.
+
+Inference (--inference, bench "inference", models mlp, cnn, resnet and mlp-big as trident_bench
+times them): float32 inputs in host memory to outputs in host memory, one call timed, model in
+eval() mode, once under torch.no_grad() (eager) and once under torch.inference_mode() (the record's
+"inference_mode" field); 3 warm-up calls, then calls for about a second (at least 5), median and
+fastest.
 """
 import argparse
 import gzip
@@ -36,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--no-gemm", action="store_true")
     p.add_argument("--data", default="auto", help="MNIST-format dir, 'synthetic', or auto")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--inference", action="store_true", help="also time inference at --inference-batches")
+    p.add_argument("--inference-batches", default="1,1000")
     return p.parse_args(argv)
 
 
@@ -98,6 +107,10 @@ class BigMLP(nn.Module):
 
 
 MODELS = {"mlp": SeedMLP, "cnn": SeedCNN, "mlp-big": BigMLP}
+# Inference: the modules with Trident's state-dict names (tests/torch_models.py), the ResNet included.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import torch_models  # noqa: E402
+INFERENCE_MODELS = dict(torch_models.MODELS, **{"mlp-big": BigMLP})
 
 
 def read_idx(path):
@@ -206,6 +219,31 @@ def measure_training(args, device, model_name, batch):
          samples_per_s=batch * 1e3 / ms, compile=args.compile)
 
 
+def measure_inference(args, device, model_name, batch, inference_mode):
+    torch.manual_seed(args.seed)
+    model = INFERENCE_MODELS[model_name]().to(device).eval()
+    forward = torch.compile(model, mode="reduce-overhead") if args.compile else model
+    x = torch.rand(batch, 1, 28, 28) * 2 - 1  # host memory, as Trident's Predictor takes it
+    context = torch.inference_mode if inference_mode else torch.no_grad
+
+    def call():
+        with context():
+            return forward(x.to(device)).cpu()  # the copy back waits for the device
+
+    for _ in range(3):
+        call()
+    times = []
+    start = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - start < 1.0 and len(times) < 2000):
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1e3)
+    ms = statistics.median(times)
+    emit(bench="inference", model=model_name, device=str(device), device_name=device_name(device), batch=batch,
+         steps=len(times), capture=args.compile, ms_per_step=ms, ms_per_step_min=min(times),
+         samples_per_s=batch * 1e3 / ms, compile=args.compile, inference_mode=inference_mode)
+
+
 def measure_gemm(device, n):
     g = torch.Generator().manual_seed(n)
     a = (torch.rand(n, n, generator=g) * 2 - 1).to(device)
@@ -242,6 +280,11 @@ def main(args):
             if model == "mlp-big":
                 batch = args.big_batch or (512 if device.type == "cuda" else args.batch)
             measure_training(args, device, model, batch)
+    if args.inference:
+        for model in filter(None, args.models.split(",")):
+            for batch in [int(b) for b in args.inference_batches.split(",") if b]:
+                for inference_mode in (False, True):
+                    measure_inference(args, device, model, batch, inference_mode)
     if not args.no_gemm:
         sizes = [int(s) for s in args.gemm_sizes.split(",") if s] or (
             [256, 512, 1024, 2048, 4096, 8192] if device.type == "cuda" else [256, 512, 1024, 2048])

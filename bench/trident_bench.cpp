@@ -1,17 +1,24 @@
 // trident_bench: training throughput of the seed models (through the real Trainer, so captured
-// steps are what is timed), GEMM GFLOP/s through Device::gemm, and data-parallel weak scaling;
-// one JSON object per measurement on stdout (bench/run_bench.py compares them with PyTorch).
+// steps are what is timed), inference latency and throughput (through the Predictor), GEMM
+// GFLOP/s through Device::gemm, and data-parallel weak scaling; one JSON object per measurement
+// on stdout (bench/run_bench.py compares them with PyTorch).
 //
 //   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big] [--batch N]
 //                 [--big-batch N] [--steps N] [--epochs N] [--gemm-sizes 256,1024,...]
 //                 [--gemm-shapes 200x512x784nt,...] [--no-train] [--no-gemm] [--no-capture]
-//                 [--data DIR|synthetic]
+//                 [--data DIR|synthetic] [--inference] [--inference-batches 1,1000]
 //   trident_bench --devices cuda:0,cuda:1 [--model mlp-big] [--batch 512]   (weak scaling)
 //
 // Timing: the data set (batch * steps samples, Fashion-MNIST tiled to that size, or synthetic)
 // is resident on the device. Epoch 1 is warm-up (the first step runs eagerly and allocates, the
 // second is captured); epochs 2..N are timed, each ending in the Trainer's one loss read-back.
 // ms_per_step is the median over the timed epochs, ms_per_step_min the best.
+// Inference (--inference, bench "inference"): a Predictor built for inference with random
+// weights takes float32 inputs already in host memory and returns the outputs to host memory;
+// one call (copy in, forward replayed from its capture where the device can, copy out) is the
+// latency timed. Three warm-up calls (eager, captured, replayed), then calls for about a second
+// (at least 5): ms_per_step is the median call, ms_per_step_min the fastest, samples_per_s =
+// batch / median.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,8 +33,9 @@
 #include "core/json.h"
 #include "core/registry.h"
 #include "core/tensor.h"
-#include "models/zoo.h"
+#include "models/predictor.h"
 #include "models/trainer.h"
+#include "models/zoo.h"
 
 namespace {
 
@@ -39,7 +47,8 @@ struct Options {
   std::vector<int64_t> gemm_sizes;
   std::vector<std::string> gemm_shapes;  // "200x512x784nt": these instead of the square sizes
   double gemm_seconds = 0.3;             // length of each of the 3 timed GEMM batches
-  bool train = true, gemm = true, capture = true;
+  std::vector<int64_t> inference_batches = {1, 1000};
+  bool train = true, gemm = true, capture = true, inference = false;
 };
 
 const char* kUsage =
@@ -56,7 +65,9 @@ const char* kUsage =
     "  --epochs     epochs in all; the first is warm-up (4)\n"
     "  --gemm-shapes  time these GEMMs (t: that operand stored transposed) instead of the\n"
     "               square sizes\n"
-    "  --gemm-ms    milliseconds per timed GEMM batch (300; best of 3)\n";
+    "  --gemm-ms    milliseconds per timed GEMM batch (300; best of 3)\n"
+    "  --inference  also time inference (Predictor) of each model at --inference-batches\n"
+    "               (1,1000): latency from host inputs to host outputs\n";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -98,6 +109,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-train") o.train = false;
     else if (a == "--no-gemm") o.gemm = false;
     else if (a == "--no-capture") o.capture = false;
+    else if (a == "--inference") o.inference = true;
+    else if (a == "--inference-batches") {
+      o.inference_batches.clear();
+      for (auto& b : split(value())) o.inference_batches.push_back(to_int(a, b));
+    }
     else if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
     else throw trident::UsageError("unknown option '" + a + "'\n" + kUsage);
   }
@@ -225,6 +241,44 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
   return r;
 }
 
+// Inference of `model` at `batch` through a Predictor: host float inputs -> host outputs.
+Record measure_inference(const Options& o, Device& d, const std::string& model, int64_t batch) {
+  const trident::ModelRecipe& recipe = trident::find_model(model);
+  trident::Network net = recipe.make(10);
+  net.build(d, {1, 28, 28}, 1, /*training=*/false);  // random weights: the speed is the same
+  trident::PredictorOptions options;
+  options.max_batch = batch;
+  options.capture = o.capture;
+  trident::Predictor predictor(std::move(net), options);
+  std::vector<float> inputs(static_cast<size_t>(batch * 784));
+  uint32_t state = 12345;
+  for (auto& x : inputs) {
+    state = state * 1664525u + 1013904223u;
+    x = (state >> 8) / 8388608.0f - 1.0f;  // about what normalised images hold
+  }
+  for (int i = 0; i < 3; ++i) predictor.outputs(inputs.data(), batch);  // eager, capture, replay
+  std::vector<double> ms;
+  const double start = now_seconds();
+  while (ms.size() < 5 || (now_seconds() - start < 1.0 && ms.size() < 2000)) {
+    const double t0 = now_seconds();
+    predictor.outputs(inputs.data(), batch);
+    ms.push_back((now_seconds() - t0) * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  Record r;
+  r.bench = "inference";
+  r.model = model;
+  r.device = d.info().id();
+  r.device_name = d.info().name;
+  r.batch = batch;
+  r.steps = static_cast<int64_t>(ms.size());
+  r.capture = o.capture && predictor.captured_batch_sizes() > 0;
+  r.ms_per_step = ms[ms.size() / 2];
+  r.ms_per_step_min = ms.front();
+  r.samples_per_s = static_cast<double>(batch) * 1e3 / r.ms_per_step;
+  return r;
+}
+
 // One GEMM shape: C[m,n] = op(A) op(B), op(A) [m,k], op(B) [k,n], transposed as stored or not.
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
@@ -319,6 +373,9 @@ int run(const Options& o) {
       if (model == "mlp-big") batch = o.big_batch > 0 ? o.big_batch : (is_gpu(d) ? 512 : batch);
       emit(measure_training(o, {&d}, model, batch));
     }
+  if (o.inference)
+    for (const std::string& model : split(o.models.empty() ? "mlp,cnn,resnet" : o.models))
+      for (int64_t batch : o.inference_batches) emit(measure_inference(o, d, model, batch));
   for (const std::string& text : o.gemm_shapes) {
     const GemmShape shape = parse_gemm_shape(text);
     Record r = measure_gemm(d, shape, o.gemm_seconds);

@@ -413,6 +413,18 @@ ObjectWriter& ObjectWriter::integers(const std::string& key, const std::vector<i
   return member(key, list + "]");
 }
 
+ObjectWriter& ObjectWriter::numbers(const std::string& key, const std::vector<double>& values) {
+  std::string list = "[";
+  for (size_t i = 0; i < values.size(); ++i) list += (i ? (compact_ ? "," : ", ") : "") + json::number(values[i]);
+  return member(key, list + "]");
+}
+
+ObjectWriter& ObjectWriter::strings(const std::string& key, const std::vector<std::string>& values) {
+  std::string list = "[";
+  for (size_t i = 0; i < values.size(); ++i) list += (i ? (compact_ ? "," : ", ") : "") + quote(values[i]);
+  return member(key, list + "]");
+}
+
 ObjectWriter& ObjectWriter::object(const std::string& key, const ObjectWriter& value) {
   return member(key, value.str());
 }

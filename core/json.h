@@ -64,6 +64,8 @@ class ObjectWriter {
   ObjectWriter& number(const std::string& key, double value);  // non-finite: null
   ObjectWriter& boolean(const std::string& key, bool value);
   ObjectWriter& integers(const std::string& key, const std::vector<int64_t>& values);
+  ObjectWriter& numbers(const std::string& key, const std::vector<double>& values);  // as number()
+  ObjectWriter& strings(const std::string& key, const std::vector<std::string>& values);
   ObjectWriter& object(const std::string& key, const ObjectWriter& value);
   bool empty() const { return members_ == 0; }
   std::string str() const { return text_ + "}"; }

@@ -1,7 +1,12 @@
 // The .npy header parser (a strict reader of the dict literal numpy writes) and data reader.
 #include "core/npy.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/byte_source.h"
 #include "core/error.h"
@@ -222,6 +227,53 @@ NpyArray load_npy(const std::string& path, uint64_t max_rows) {
   const InputFile input = open_regular_file(path, ".npy file");
   ByteSource src(input.get(), path, ByteSource::Encoding::stored);
   return read_npy(src, max_rows, input.size());
+}
+
+void save_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+              const std::vector<uint8_t>& bytes) {
+  const bool known = descr == "|u1" || descr == "<f4" || descr == "<i4" || descr == "<i8";
+  if (!known) throw UsageError("save_npy " + path + ": unsupported descr '" + descr + "'");
+  uint64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw UsageError("save_npy " + path + ": negative dimension in " + shape_text(shape));
+    count *= static_cast<uint64_t>(d);
+  }
+  const uint64_t item = descr == "|u1" ? 1 : descr == "<i8" ? 8 : 4;
+  if (count * item != bytes.size())
+    throw ShapeError("save_npy " + path + ": shape " + shape_text(shape) + " of " + descr +
+                     " needs " + std::to_string(count * item) + " bytes, got " +
+                     std::to_string(bytes.size()));
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " +
+                       shape_text(shape) + ", }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');  // data 64-byte aligned
+  header += '\n';
+  std::string head = "\x93NUMPY";
+  head += '\x01';
+  head += '\x00';
+  head += static_cast<char>(header.size() & 0xff);
+  head += static_cast<char>(header.size() >> 8);
+  head += header;
+
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string temp =
+      (dir / ("." + target.filename().string() + "." + std::to_string(::getpid()) + ".tmp")).string();
+  const std::string fail = "cannot write " + path + ": ";
+  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  if (!f) throw Error(fail + std::strerror(errno));
+  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size() &&
+            (bytes.empty() || std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size()) &&
+            std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  std::error_code ec;
+  if (ok) fs::rename(temp, target, ec);
+  if (!ok || ec) {
+    std::remove(temp.c_str());
+    throw Error(fail + (ec ? ec.message() : std::string(std::strerror(err))) +
+                "; any previous file there is unchanged");
+  }
 }
 
 }  // namespace trident

@@ -43,4 +43,11 @@ NpyArray read_npy(ByteSource& src, uint64_t max_rows = kNpyAllRows, uint64_t sto
 // read_npy of a plain .npy file (opened as a regular file only).
 NpyArray load_npy(const std::string& path, uint64_t max_rows = kNpyAllRows);
 
+// Writes a version 1.0 .npy file of little-endian elements in C order (descr e.g. "<f4", "|u1";
+// bytes.size() must be product(shape) times the item size), atomically: a temporary beside
+// path, flushed and fsynced, then renamed over it. Error naming the path on failure, with any
+// previous file left as it was and no temporary behind.
+void save_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+              const std::vector<uint8_t>& bytes);
+
 }  // namespace trident

@@ -46,7 +46,7 @@ int remove_stale_temporaries(const std::string& path);
 // Reads and fully validates a safetensors file. Throws FormatError naming the file (and the
 // tensor) on: a file shorter than 8 bytes, a header length past the end of the file or above
 // kSafetensorsMaxHeader, a header that is not a JSON object, missing, unexpected or mistyped
-// fields, a dtype other than F32/F16/BF16/I32/U8, negative or overflowing shapes, data_offsets
+// fields, a dtype other than F32/F16/BF16/I32/I64/U8, negative or overflowing shapes, data_offsets
 // that are reversed, out of range, overlapping, leave gaps or do not end at the end of the file,
 // a byte range whose length is not product(shape) * dtype size, and duplicate names.
 TensorFile load_safetensors(const std::string& path);

@@ -1,4 +1,4 @@
-// Training checkpoints as safetensors. Layout (README, "Checkpoints and weights"):
+// Training checkpoints as safetensors. Layout (README, "Weights, checkpoints and PyTorch"):
 // - the network's state dict under PyTorch's names (parameters, batch-norm buffers and
 //   counters): `model.load_state_dict(safetensors.torch.load_file(path), strict=False)` loads
 //   exactly the weights;
@@ -36,7 +36,8 @@ const std::string& require(const TensorFile& file, const std::string& path, cons
   auto it = file.metadata.find(key);
   if (it == file.metadata.end())
     throw FormatError(path + ": not a Trident training checkpoint (metadata '" + key +
-                      "' missing); weights alone load with load_weights or --weights");
+                      "' missing); a weights-only file loads with load_weights(), or `trident eval` / "
+                      "`trident predict` with --model NAME");
   return it->second;
 }
 
@@ -165,6 +166,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   epochs_done_ = epoch;
   global_step_ = step;
   for (auto& r : replicas_) r->net.set_batches_tracked(step);
+}
+
+bool is_training_checkpoint(const TensorFile& file) {
+  auto format = file.metadata.find("format");
+  return format != file.metadata.end() && format->second.rfind("trident-checkpoint", 0) == 0;
 }
 
 std::string checkpoint_model_name(const std::string& path) {

@@ -23,7 +23,9 @@
 #include "core/registry.h"
 #include "core/safetensors.h"
 #include "models/cli_options.h"
+#include "models/cli_predict.h"
 #include "models/progress.h"
+#include "models/state_dict.h"
 #include "models/zoo.h"
 #include "models/trainer.h"
 
@@ -324,7 +326,9 @@ int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
   CliTrainSettings settings = train_settings(a);
   const std::string& checkpoint = settings.checkpoint;
   if (checkpoint.empty()) throw UsageError("eval needs --checkpoint FILE");
-  settings.model = checkpoint_model_name(checkpoint);
+  // A training checkpoint, or a weights file (from export-weights, save_weights or PyTorch).
+  const ModelFile model_file = read_model_file(checkpoint, a.get("--model", ""));
+  settings.model = model_file.model;
   const ModelRecipe& recipe = find_model(settings.model);
   TrainOptions options = train_options(a, settings, recipe);
   std::vector<Device*> devices = pick_devices(settings);
@@ -332,9 +336,14 @@ int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
   settings.train_limit = 1;  // the training split is not used: read a single sample of it
   const DatasetSplits data = load_data(settings, recipe);
   options.batch = 1;  // the trainer is used for evaluation only
-  const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  const int64_t classes = std::max(
+      model_file.checkpoint ? int64_t{10} : classes_in_file(recipe, model_file),
+      std::max<int64_t>(data.train.classes(), data.test.classes()));
   Trainer trainer(devices, recipe.factory(classes), data, options);
-  trainer.load_checkpoint(checkpoint);
+  if (model_file.checkpoint)
+    trainer.load_checkpoint(checkpoint);
+  else
+    load_weights(trainer.network(), model_file.file, checkpoint, /*strict=*/true);
   const EvalStats e = trainer.evaluate();
   if (settings.json)
     out << json::ObjectWriter()
@@ -363,6 +372,9 @@ int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
         out << "\n" << describe_recipe(find_model(a.get("--model", "cnn")));
       return 0;
     }
+    if (a.command == "predict") return cmd_predict(a, out, err);
+    if (a.command == "export-weights") return cmd_export_weights(a, out, err);
+    reject_positional(a);
     if (a.command == "devices") return cmd_devices(out);
     if (a.command == "train") return cmd_train(a, out, err);
     if (a.command == "eval") return cmd_eval(a, out, err);

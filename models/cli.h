@@ -1,4 +1,4 @@
-// The `trident` command line (devices, train, eval), callable from tests with its own streams.
+// The `trident` command line (devices, train, eval, predict, export-weights), callable from tests with its own streams.
 #pragma once
 #include <iosfwd>
 #include <string>

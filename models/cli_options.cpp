@@ -18,7 +18,11 @@ const char* const kCliUsage = R"(usage: trident <command> [options]
 commands:
   devices                 list every compiled-in backend, its devices, or why it has none
   train                   train a built-in model on a data set
-  eval --checkpoint FILE  evaluate a checkpoint on the test split of a data set
+  eval --checkpoint FILE  evaluate a checkpoint or weights file on the test split of a data set
+                          (a weights file without metadata, e.g. PyTorch's, needs --model)
+  predict --checkpoint FILE INPUT...  classify images (PNG, PGM) and .npy batches
+  export-weights --checkpoint FILE --output W  write the weights alone (PyTorch loads them
+                          with load_state_dict(..., strict=True))
   help                    this text (trident train --help --model NAME: that model's defaults)
 
 train options (a model's recipe gives the defaults of the training options; see --help):
@@ -63,6 +67,31 @@ train options (a model's recipe gives the defaults of the training options; see 
   --test-limit N            use only the first N test samples
   --allow-nonfinite         keep training when an epoch's loss is NaN or infinite (default: stop, exit 1)
   --json                    print one JSON object per epoch on stdout
+
+predict options (trident predict --checkpoint FILE [options] INPUT...):
+  INPUT                     a PNG or PGM (P2, P5) image, or a .npy batch (uint8 or float32,
+                            N x C x H x W or N x H x W); uint8 pixels are normalised as the
+                            model's recipe says, float32 values are taken as model inputs
+  --checkpoint FILE         a training checkpoint or a weights file (safetensors)
+  --model NAME              the model; default: the file's metadata (a file without it, e.g.
+                            one PyTorch wrote, needs --model)
+  --device ID               the device to run on, e.g. cpu, cuda:0, opencl:1 (default: the best)
+  --top K                   print the K most probable classes (5)
+  --labels FILE             class names, one per line (default: Fashion-MNIST's for 10 classes)
+  --resize                  resize images of another size to the model's (bilinear); without
+                            it such an image is an error. Gray and RGB images are converted to
+                            the model's channels (RGB -> gray by ITU-R BT.601 luma)
+  --batch N                 samples per forward pass (1000)
+  --outputs FILE.npy        also write the raw outputs (logits, or log-probabilities for a model
+                            ending in LogSoftmax) as float32 [N, classes]
+  --json                    one JSON object per sample on stdout
+  --no-capture              run every forward eagerly (no graph replay)
+
+export-weights options:
+  --checkpoint FILE         a training checkpoint or a weights file
+  --output FILE             the weights-only safetensors file to write (atomically)
+  --dtype f32|f16|bf16      the weights' type in the file (f32); num_batches_tracked stays int64
+  --model NAME              as for predict
 )";
 
 namespace {
@@ -81,7 +110,10 @@ const std::map<std::string, bool>& known_options() {
       {"--min-lr", true},      {"--loss", true},        {"--label-smoothing", true}, {"--precision", true},
       {"--clip-grad", true},   {"--augment", false},    {"--crop-padding", true},
       {"--no-flip", false},    {"--nesterov", false},   {"--no-nesterov", false},
-      {"--split", true}};
+      {"--split", true},
+      {"--device", true},      {"--top", true},         {"--labels", true},
+      {"--resize", false},     {"--outputs", true},     {"--output", true},
+      {"--dtype", true}};
   return known;
 }
 
@@ -108,7 +140,16 @@ CliArgs parse_cli(const std::vector<std::string>& argv) {
   CliArgs args;
   if (argv.empty()) throw UsageError("no command given\n" + std::string(kCliUsage));
   args.command = argv[0];
+  bool options_ended = false;
   for (size_t i = 1; i < argv.size(); ++i) {
+    if (options_ended || argv[i].rfind("--", 0) != 0) {
+      args.positional.push_back(argv[i]);
+      continue;
+    }
+    if (argv[i] == "--") {
+      options_ended = true;
+      continue;
+    }
     std::string name = argv[i], value;
     const auto eq = name.find('=');
     const bool inline_value = eq != std::string::npos;
@@ -187,7 +228,7 @@ CliTrainSettings train_settings(const CliArgs& a) {
   s.model = a.get("--model", s.model);
   s.optimizer = a.get("--optimizer", s.optimizer);  // checked by make_optimizer
   s.data = a.get("--data", "");
-  s.devices = a.get("--devices", "");
+  s.devices = a.get("--devices", a.get("--device", ""));  // --device: one device
   s.checkpoint = a.get("--checkpoint", "");
   if (a.values.count("--checkpoint") && s.checkpoint.empty())
     throw UsageError("--checkpoint '': the file name is empty (give a file path, e.g. --checkpoint run.safetensors)");
@@ -240,6 +281,63 @@ CliTrainSettings train_settings(const CliArgs& a) {
   } else if (sync != "allreduce") {
     throw UsageError("--sync '" + shown(sync) + "': use allreduce, average or average:K");
   }
+  return s;
+}
+
+void reject_positional(const CliArgs& a) {
+  if (!a.positional.empty())
+    throw UsageError("trident " + shown(a.command) + ": unexpected argument '" +
+                     shown(a.positional.front()) + "' (options start with --; see trident help)");
+}
+
+namespace {
+
+std::string required_path(const CliArgs& a, const std::string& option, const char* example) {
+  if (!a.values.count(option))
+    throw UsageError("trident " + shown(a.command) + " needs " + option + " FILE");
+  const std::string path = a.get(option, "");
+  if (path.empty())
+    throw UsageError(option + " '': the file name is empty (give a file path, e.g. " + option +
+                     " " + example + ")");
+  return path;
+}
+
+}  // namespace
+
+CliPredictSettings predict_settings(const CliArgs& a) {
+  CliPredictSettings s;
+  s.checkpoint = required_path(a, "--checkpoint", "cnn.safetensors");
+  s.model = a.get("--model", "");
+  s.device = a.get("--device", "");
+  s.labels = a.get("--labels", "");
+  if (a.values.count("--labels") && s.labels.empty())
+    throw UsageError("--labels '': the file name is empty");
+  s.outputs = a.get("--outputs", "");
+  if (a.values.count("--outputs") && s.outputs.empty())
+    throw UsageError("--outputs '': the file name is empty");
+  s.top = a.get_int("--top", s.top, 1);
+  s.batch = a.get_int("--batch", s.batch, 1);
+  s.json = a.flags.count("--json") > 0;
+  s.resize = a.flags.count("--resize") > 0;
+  s.capture = a.flags.count("--no-capture") == 0;
+  s.inputs = a.positional;
+  if (s.inputs.empty())
+    throw UsageError("trident predict needs at least one INPUT (a PNG or PGM image, or a .npy "
+                     "batch) after the options");
+  return s;
+}
+
+CliExportSettings export_settings(const CliArgs& a) {
+  reject_positional(a);
+  CliExportSettings s;
+  s.checkpoint = required_path(a, "--checkpoint", "run.safetensors");
+  s.output = required_path(a, "--output", "weights.safetensors");
+  s.model = a.get("--model", "");
+  const std::string dtype = a.get("--dtype", "f32");
+  if (dtype == "f32" || dtype == "float32") s.dtype = "f32";
+  else if (dtype == "f16" || dtype == "float16" || dtype == "half") s.dtype = "f16";
+  else if (dtype == "bf16" || dtype == "bfloat16") s.dtype = "bf16";
+  else throw UsageError("--dtype '" + shown(dtype) + "': use f32, f16 or bf16");
   return s;
 }
 

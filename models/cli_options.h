@@ -16,6 +16,7 @@ struct CliArgs {
   std::string command;
   std::map<std::string, std::string> values;  // "--lr" -> "0.1"
   std::set<std::string> flags;                // "--json"
+  std::vector<std::string> positional;        // arguments that are not options (predict's inputs)
 
   bool has(const std::string& option) const { return values.count(option) > 0 || flags.count(option) > 0; }
   std::string get(const std::string& option, const std::string& fallback) const;
@@ -27,7 +28,8 @@ struct CliArgs {
 };
 
 // Splits argv; UsageError for no command, an unknown option, a missing value or a value given to
-// a flag. Options may be written "--lr 0.1" or "--lr=0.1".
+// a flag. Options may be written "--lr 0.1" or "--lr=0.1"; an argument that does not start with
+// "--", and every argument after a lone "--", is positional.
 CliArgs parse_cli(const std::vector<std::string>& argv);
 
 // What `trident train` / `trident eval` read from the command line, every value checked. A
@@ -55,5 +57,29 @@ struct CliTrainSettings {
 // Reads and checks every train/eval option of args (UsageError naming the option on any bad
 // value; --checkpoint paths are checked for existence separately, by the command).
 CliTrainSettings train_settings(const CliArgs& args);
+
+// What `trident predict` reads: a weights file or checkpoint, the inputs (image files, .npy
+// batches), and how to show the answers.
+struct CliPredictSettings {
+  std::string checkpoint;            // required
+  std::string model;                 // "": the file's metadata names it
+  std::string device;                // "": TRIDENT_DEVICES' first, else the default device
+  std::string labels;                // "": Fashion-MNIST's names for 10 classes, else numbers
+  std::string outputs;               // "": none; else a .npy of the raw outputs [N, classes]
+  std::vector<std::string> inputs;   // at least one
+  int64_t top = 5, batch = 1000;
+  bool json = false, resize = false, capture = true;
+};
+CliPredictSettings predict_settings(const CliArgs& args);
+
+// What `trident export-weights` reads.
+struct CliExportSettings {
+  std::string checkpoint, output, model;  // model "": from the file's metadata
+  std::string dtype = "f32";              // f32, f16 or bf16
+};
+CliExportSettings export_settings(const CliArgs& args);
+
+// Commands that take no positional arguments: UsageError naming the first one.
+void reject_positional(const CliArgs& args);
 
 }  // namespace trident

@@ -62,6 +62,11 @@ class Layer {
   void set_name(const std::string& name) { name_ = name; }
   // A stream id unique in the network, for Philox draws (dropout masks).
   void set_index(uint32_t index) { index_ = index; }
+  // Set by Network::build for a network built for inference: no backward and no training
+  // forward will run, so the layer asks for no scratch that only they use (bound without
+  // gradients).
+  void set_inference_only(bool on) { inference_only_ = on; }
+  bool inference_only() const { return inference_only_; }
 
   // Called once by Network::build with the input shape (batch first, batch 1): infers what the
   // constructor left open (input features, channels), checks the shape, returns the output
@@ -116,6 +121,7 @@ class Layer {
   std::string name_;
   uint32_t index_ = 0;
   ComputeSpec compute_;
+  bool inference_only_ = false;
   std::vector<Tensor> params_, grads_, buffers_, compute_params_;
 };
 

@@ -286,6 +286,7 @@ std::vector<ParamSpec> BatchNorm::buffer_specs() const {
 }
 
 std::vector<ScratchSpec> BatchNorm::scratch_specs(const Device&, const Shape&) const {
+  if (inference_only_) return {};  // only a training forward saves batch statistics
   return {{{channels_}, DType::f32}, {{channels_}, DType::f32}};  // save_mean, save_invstd
 }
 
@@ -295,9 +296,11 @@ void BatchNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y
   if (ctx.training && s.outer * s.inner <= 1)
     fail(*this, "training needs more than one value per channel, got input " +
                     shape_string(x.shape()) + " (use a batch of 2 or more)");
+  if (ctx.training && inference_only_) fail(*this, "built for inference, cannot train");
   ctx.device->batchnorm_forward(s, ctx.training, x, affine_ ? params_[0] : Tensor(),
                                 affine_ ? params_[1] : Tensor(), buffers_[0], buffers_[1], y,
-                                scratch[0], scratch[1]);
+                                scratch.empty() ? Tensor() : scratch[0],
+                                scratch.empty() ? Tensor() : scratch[1]);
 }
 
 void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,

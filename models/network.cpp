@@ -68,15 +68,26 @@ Device& Network::device() const {
   return *device_;
 }
 
-void Network::build(Device& device, const Shape& sample_shape, uint64_t seed,
-                    Precision precision) {
+void Network::require_trainable(const char* what) const {
+  if (!trainable_)
+    throw UsageError("model '" + model_name_ + "' was built for inference (build(..., training = "
+                     "false): no gradient buffers), so it cannot run " + what +
+                     "; build it with training = true to train it");
+}
+
+void Network::set_precision(Precision precision) {
+  if (built()) throw UsageError("model '" + model_name_ + "': set_precision() after build()");
+  precision_ = precision;
+}
+
+void Network::build(Device& device, const Shape& sample_shape, uint64_t seed, bool training) {
+  const Precision precision = precision_;
   if (root_.empty()) throw ShapeError("model '" + model_name_ + "' has no layers");
   const DType dtype = trident::compute_dtype(precision);
   if (!device.supports(dtype))
     throw UsageError(device.info().id() + " (" + device.info().backend + ") cannot run precision " +
                      precision_name(precision) + ": it holds no " + dtype_name(dtype) +
                      " tensors; use fp32 or tf32 there");
-  precision_ = precision;
   root_.set_compute(compute_spec(precision));
   Shape batch1{1};
   batch1.insert(batch1.end(), sample_shape.begin(), sample_shape.end());
@@ -104,6 +115,7 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed,
     ParameterRange range{parameter_count_, parameter_count_};
     walk(*top, top_name, [&](Layer& layer, const std::string& path) {
       layer.set_index(index++);
+      layer.set_inference_only(!training);
       for (const ParamSpec& spec : layer.parameter_specs()) {
         state_entries_.push_back({StateEntry::Kind::parameter, join(path, spec.name), named_.size()});
         named_.push_back({join(path, spec.name), spec.shape, parameter_count_, spec.init});
@@ -124,9 +136,11 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed,
     layer_ranges_.push_back(range);
   }
   device_ = &device;
+  trainable_ = training;
+  root_.set_inference_only(!training);
   params_ = Tensor::from_host(device, {parameter_count_},
                               initial_values(named_, parameter_count_, seed));
-  grads_ = Tensor::zeros(device, {parameter_count_});
+  grads_ = training ? Tensor::zeros(device, {parameter_count_}) : Tensor();
   buffers_ = buffer_count > 0 ? Tensor::from_host(device, {buffer_count},
                                                   initial_values(named_buffers_, buffer_count, 0))
                               : Tensor();
@@ -138,7 +152,7 @@ void Network::build(Device& device, const Shape& sample_shape, uint64_t seed,
     for (const ParamSpec& spec : layer.parameter_specs()) {
       const NamedParameter& np = named_[next_param++];
       p.push_back(params_.view(np.offset, np.shape));
-      g.push_back(grads_.view(np.offset, np.shape));
+      if (training) g.push_back(grads_.view(np.offset, np.shape));
       c.push_back(spec.compute_copy && compute_params_.defined()
                       ? compute_params_.view(np.offset, np.shape)
                       : p.back());
@@ -179,6 +193,7 @@ const Tensor& Network::run(const StepContext& ctx, const Tensor& input, size_t c
     throw ShapeError("model '" + model_name_ + "' runs in " + precision_name(precision_) +
                      " and expects " + dtype_name(compute_dtype()) + " input, got " +
                      dtype_name(input.dtype()) + " (input_buffer() has the right type)");
+  if (ctx.training) require_trainable("a training forward");
   // The compute-type weights follow the float32 masters the optimizer (or a load) changed.
   if (compute_params_.defined()) ctx.device->convert(params_, compute_params_);
   last_input_ = input;
@@ -222,6 +237,7 @@ const Tensor& Network::head_gradient(int64_t batch) {
 const Tensor& Network::forward_loss(const StepContext& ctx, const Tensor& input,
                                     const Tensor& labels, const LossSpec& spec, const Tensor& loss,
                                     bool accumulate, float scale, const Tensor& loss_scale) {
+  require_trainable("forward_loss()");
   const int64_t batch = input.shape().empty() ? 0 : input.dim(0);
   if (labels.shape() != Shape{batch} || labels.dtype() != DType::i32)
     throw ShapeError("model '" + model_name_ + "': the loss needs int32 labels [" +
@@ -283,12 +299,14 @@ void Network::backward(const StepContext& ctx) {
 }
 
 void Network::backward_layer_parameters(const StepContext& ctx, size_t i) {
+  require_trainable("backward()");
   if (!have_forward_) throw Error("model '" + model_name_ + "': backward() before forward");
   if (head_fused_ && i + 1 == root_.size()) return;  // forward_loss wrote its input gradient
   root_.backward_child_parameters(ctx, i, last_input_, Tensor(), Tensor());
 }
 
 void Network::backward_layer_input(const StepContext& ctx, size_t i) {
+  require_trainable("backward()");
   if (head_fused_ && i + 1 == root_.size()) return;
   root_.backward_child_input(ctx, i, Tensor(), Tensor());
 }

@@ -80,12 +80,18 @@ class Network {
   // fuses activations, allocates the flat parameter, gradient and buffer storage on `device`,
   // and initialises the parameters from `seed` with Philox on the host (identical on every
   // backend): PyTorch's default distributions (uniform(+-1/sqrt(fan_in)) for Linear and Conv2d,
-  // 1 and 0 for batch norm). `precision` (models/precision.h) sets the activation type; under
-  // bf16 / fp16 the weights of GEMMs and convolutions get a compute-type copy as well.
-  // UsageError when the device cannot hold the precision's type.
-  void build(Device& device, const Shape& sample_shape, uint64_t seed,
-             Precision precision = Precision::fp32);
+  // 1 and 0 for batch norm). Under a bf16 / fp16 precision (set_precision) the weights of
+  // GEMMs and convolutions get a compute-type copy as well; UsageError when the device cannot
+  // hold the precision's type. training = false builds for inference only (the Predictor): no
+  // gradient buffer, and no layer keeps what only a backward reads (batch-norm batch statistics,
+  // a residual shortcut's input gradient); forward_loss(), backward() and a training forward
+  // then throw.
+  void build(Device& device, const Shape& sample_shape, uint64_t seed, bool training = true);
   bool built() const { return device_ != nullptr; }
+  bool trainable() const { return trainable_; }  // built with training = true
+  // The precision policy (models/precision.h), before build(): activations, input and output in
+  // compute_dtype(). Default fp32.
+  void set_precision(Precision precision);
   Precision precision() const { return precision_; }
   DType compute_dtype() const { return trident::compute_dtype(precision_); }
 
@@ -99,7 +105,7 @@ class Network {
   const std::vector<StateEntry>& state_entries() const { return state_entries_; }
   int64_t parameter_count() const { return parameter_count_; }
   const Tensor& parameters() const { return params_; }  // flat [parameter_count]
-  const Tensor& gradients() const { return grads_; }    // same layout as parameters()
+  const Tensor& gradients() const { return grads_; }    // same layout (undefined: inference)
   const Tensor& buffers() const { return buffers_; }    // flat running statistics (may be empty)
   // PyTorch's batch-norm counters: one per batch norm, all equal to the training forwards run
   // (set by the Trainer from its step count; read and written with the state dict).
@@ -144,6 +150,7 @@ class Network {
 
  private:
   void check_loss(const LossSpec& spec, const Tensor& output) const;
+  void require_trainable(const char* what) const;
   // Checks the input, then runs the first `count` top-level layers; returns the last output.
   const Tensor& run(const StepContext& ctx, const Tensor& input, size_t count);
   // The cross-entropy head's log-probabilities for a batch size (logits models).
@@ -168,6 +175,7 @@ class Network {
   Tensor last_input_;
   bool head_fused_ = false;  // the last forward fused the final LogSoftmax: skip its backward
   bool have_forward_ = false;
+  bool trainable_ = true;
 };
 
 // Host-side initial values laid out as a flat buffer (Philox uniform or constants).

@@ -289,14 +289,15 @@ void Residual::set_compute(const ComputeSpec& spec) {
   shortcut_.set_compute(spec);
 }
 
-// Scratch: [body output (when the body cannot write y)] [shortcut output, shortcut dx].
+// Scratch: [body output (when the body cannot write y)] [shortcut output, shortcut dx (not for
+// inference: only backward writes it)].
 std::vector<ScratchSpec> Residual::scratch_specs(const Device&, const Shape& input) const {
   std::vector<ScratchSpec> specs;
   const Shape out = output_shape(input);
   if (!body_into_output_) specs.push_back({out, compute_.dtype});
   if (!shortcut_.empty()) {
     specs.push_back({out, compute_.dtype});
-    specs.push_back({input, compute_.dtype});
+    if (!inference_only_) specs.push_back({input, compute_.dtype});
   }
   return specs;
 }

@@ -157,7 +157,8 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     r->rank = static_cast<size_t>(options_.process_rank) * devices.size() + rank;
     r->net = model();
     // The same seed: every replica starts identical.
-    r->net.build(d, sample, options_.seed, precision_);
+    r->net.set_precision(precision_);
+    r->net.build(d, sample, options_.seed);
     if (rank == 0) model_name_ = r->net.model_name();
     r->optimizer = std::make_unique<Optimizer>(options_.optimizer);
     r->optimizer->attach(r->net);

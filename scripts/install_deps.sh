@@ -2,13 +2,15 @@
 # Installs the Debian packages Trident builds, tests and trains with, if any is missing.
 # The CUDA Toolkit is not a Debian package here: it is used when found at /usr/local/cuda.
 set -euo pipefail
-packages=(cmake ninja-build g++ make libtbb-dev zlib1g-dev catch2
+# python3-torch (PyTorch 1.13, CPU): tests/torch_crosscheck.py moves weights between Trident and
+# PyTorch both ways (about 50 MB to download, 600 MB installed with its dependencies, 2.5 minutes).
+packages=(cmake ninja-build g++ make libtbb-dev zlib1g-dev libpng-dev catch2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev clinfo
-          libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+          libopenmpi-dev openmpi-bin dataset-fashion-mnist python3-torch)
 # --bench: also what bench/run_bench.py compares against and plots with: PyTorch on OpenBLAS
 # (without libopenblas0-pthread Debian's PyTorch falls back to the reference BLAS) and matplotlib.
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(libopenblas0-pthread python3-torch python3-matplotlib)
+  packages+=(libopenblas0-pthread python3-matplotlib)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -12,7 +12,7 @@ set -euo pipefail
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(idx safetensors cli_options npy npz)
+[ ${#targets[@]} -eq 0 ] && targets=(idx safetensors cli_options npy npz image)
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=${FUZZ_JOBS:-1}
