@@ -24,7 +24,7 @@ const char* unary_module_name(UnaryOp op) {
 }
 
 bool unary_backward_needs_input(UnaryOp op, float alpha) {
-  return op == UnaryOp::gelu || (op == UnaryOp::leaky_relu && alpha < 0.0f);
+  return op == UnaryOp::gelu || op == UnaryOp::silu || (op == UnaryOp::leaky_relu && alpha < 0.0f);
 }
 
 }  // namespace trident

@@ -18,7 +18,8 @@ namespace trident {
   X(leaky_relu, LeakyReLU)  /* x > 0 ? x : alpha * x */                                       \
   X(tanh, Tanh)             /* tanh(x) */                                                     \
   X(sigmoid, Sigmoid)       /* 1 / (1 + exp(-x)) */                                           \
-  X(gelu, GELU)             /* x * Phi(x), the exact erf form (approximate='none') */
+  X(gelu, GELU)             /* x * Phi(x), the exact erf form (approximate='none') */      \
+  X(silu, SiLU)             /* x * sigmoid(x) (swish) */
 
 enum class UnaryOp : uint8_t {
 #define TRIDENT_UNARY_ENUM(name, module) name,

@@ -20,6 +20,7 @@ TRIDENT_HD T unary_apply(UnaryOp op, T x, T alpha) {
     case UnaryOp::tanh: return tanh(x);
     case UnaryOp::sigmoid: return T(1) / (T(1) + exp(-x));
     case UnaryOp::gelu: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+    case UnaryOp::silu: return x / (T(1) + exp(-x));
   }
   return x;
 }
@@ -37,6 +38,10 @@ TRIDENT_HD T unary_derivative(UnaryOp op, T x, T y, T dy, T alpha) {
     case UnaryOp::gelu:
       return dy * (T(0.5) * (T(1) + erf(x * T(0.70710678118654752440))) +
                    x * T(0.39894228040143267794) * exp(T(-0.5) * x * x));
+    case UnaryOp::silu: {
+      const T s = T(1) / (T(1) + exp(-x));
+      return dy * s * (T(1) + x * (T(1) - s));
+    }
   }
   return dy;
 }

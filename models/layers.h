@@ -199,6 +199,9 @@ struct Tanh : Activation {
 struct Sigmoid : Activation {
   Sigmoid() : Activation(UnaryOp::sigmoid) {}
 };
+struct SiLU : Activation {
+  SiLU() : Activation(UnaryOp::silu) {}
+};
 struct GELU : Activation {
   GELU() : Activation(UnaryOp::gelu) {}
 };

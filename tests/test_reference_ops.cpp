@@ -371,8 +371,13 @@ TEST_CASE("reference: every unary op's derivative matches finite differences",
     if (std::abs(v) < 0.05f) v = 0.5f;  // keep ReLU-like kinks out of the difference's reach
   const Floats r = random_floats(x.size(), 31);
   const int64_t n = int64_t(x.size());
-  for (const UnaryOp op : {UnaryOp::identity, UnaryOp::relu, UnaryOp::leaky_relu, UnaryOp::tanh,
-                           UnaryOp::sigmoid, UnaryOp::gelu})
+  // Every op of the list: a new activation is checked against its finite differences here.
+  const std::vector<UnaryOp> ops = {
+#define TRIDENT_TEST_UNARY(name, module) UnaryOp::name,
+      TRIDENT_UNARY_OPS(TRIDENT_TEST_UNARY)
+#undef TRIDENT_TEST_UNARY
+  };
+  for (const UnaryOp op : ops)
     for (const float alpha : {0.1f, -0.2f}) {
       if (op != UnaryOp::leaky_relu && alpha != 0.1f) continue;
       INFO(unary_op_name(op) << " alpha " << alpha);

@@ -12,6 +12,7 @@ float unary_apply(int op, float x, float alpha) {
     case UNARY_tanh: return tanh(x);
     case UNARY_sigmoid: return 1.0f / (1.0f + exp(-x));
     case UNARY_gelu: return 0.5f * x * (1.0f + erf(x * 0.70710678118654752440f));
+    case UNARY_silu: return x / (1.0f + exp(-x));
   }
   return x;
 }
@@ -27,6 +28,10 @@ float unary_derivative(int op, float x, float y, float dy, float alpha) {
     case UNARY_gelu:
       return dy * (0.5f * (1.0f + erf(x * 0.70710678118654752440f)) +
                    x * 0.39894228040143267794f * exp(-0.5f * x * x));
+    case UNARY_silu: {
+      const float s = 1.0f / (1.0f + exp(-x));
+      return dy * s * (1.0f + x * (1.0f - s));
+    }
   }
   return dy;
 }
