@@ -1,6 +1,6 @@
 // Trident's umbrella header: the device interface, tensors, the registry, the models and training.
 #pragma once
-#include "core/device.h"
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/tensor.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"

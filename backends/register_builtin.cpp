@@ -1,6 +1,6 @@
 // The one place that lists the compiled-in backends (explicit registration: static initializers
 // would be dropped when libtrident.a is linked). A new backend adds one line here.
-#include "core/registry.h"
+#include "trident/core/registry.h"
 
 namespace trident {
 

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/idx.h"
-#include "core/registry.h"
-#include "core/tensor.h"
-#include "models/seed_models.h"
-#include "models/trainer.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
+#include "trident/models/seed_models.h"
+#include "trident/models/trainer.h"
 
 namespace {
 

@@ -1,12 +1,12 @@
 // Host-staged all-reduce and the choice of collective for a device set.
-#include "core/collective.h"
+#include "trident/core/collective.h"
 
 #include <map>
 #include <mutex>
 
 #include <tbb/parallel_for.h>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

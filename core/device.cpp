@@ -1,7 +1,7 @@
 // Device's non-virtual parts: the caching pool every device owns.
-#include "core/device.h"
+#include "trident/core/device.h"
 
-#include "core/allocator.h"
+#include "trident/core/allocator.h"
 
 namespace trident {
 

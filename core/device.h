@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "core/dtype.h"
+#include "trident/core/dtype.h"
 
 namespace trident {
 

@@ -1,6 +1,6 @@
 // IDX (MNIST) file reading: a byte source that is either a plain file or a zlib inflate stream,
 // a header parser that checks every size before allocating, and the MNIST directory loader.
-#include "core/idx.h"
+#include "trident/core/idx.h"
 
 #include <zlib.h>
 
@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

@@ -1,9 +1,9 @@
 // The strict JSON reader and string writer used for safetensors headers (see json.h).
-#include "core/json.h"
+#include "trident/core/json.h"
 
 #include <cstdio>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace json {

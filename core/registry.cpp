@@ -1,11 +1,11 @@
 // Device selection: names to devices, with errors that list what exists.
-#include "core/registry.h"
+#include "trident/core/registry.h"
 
 #include <algorithm>
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -1,8 +1,8 @@
 // Tensor storage is a block of the device's caching pool, returned to it when the last view goes.
-#include "core/tensor.h"
+#include "trident/core/tensor.h"
 
-#include "core/allocator.h"
-#include "core/error.h"
+#include "trident/core/allocator.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
+#include "trident/core/device.h"
+#include "trident/core/dtype.h"
 
 namespace trident {
 

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "models/replica.h"
+#include "trident/core/error.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/replica.h"
 
 namespace trident {
 namespace {

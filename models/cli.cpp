@@ -1,5 +1,5 @@
 // Command-line parsing and the three commands.
-#include "models/cli.h"
+#include "trident/models/cli.h"
 
 #include <unistd.h>
 
@@ -10,14 +10,14 @@
 #include <map>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/env.h"
-#include "core/idx.h"
-#include "core/mpi/process_group.h"
-#include "core/registry.h"
-#include "models/progress.h"
-#include "models/seed_models.h"
-#include "models/trainer.h"
+#include "trident/core/error.h"
+#include "trident/core/env.h"
+#include "trident/core/idx.h"
+#include "trident/core/mpi/process_group.h"
+#include "trident/core/registry.h"
+#include "trident/models/progress.h"
+#include "trident/models/seed_models.h"
+#include "trident/models/trainer.h"
 
 namespace trident {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
+#include "trident/core/device.h"
+#include "trident/core/tensor.h"
 
 namespace trident {
 

@@ -1,7 +1,7 @@
 // The layers of the seed models: Linear, Conv2d, MaxPool2d, ReLU, Dropout, Dropout2d, Flatten,
 // LogSoftmax. Shapes are batch first; images are NCHW.
 #pragma once
-#include "models/layer.h"
+#include "trident/models/layer.h"
 
 namespace trident {
 

@@ -1,7 +1,7 @@
 // NLL and cross-entropy losses as Device ops.
-#include "models/loss.h"
+#include "trident/models/loss.h"
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

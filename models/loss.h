@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "models/layer.h"
+#include "trident/models/layer.h"
 
 namespace trident {
 

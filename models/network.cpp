@@ -1,12 +1,12 @@
 // Network: shape checking, parameter layout and initialisation, buffer management, forward/backward.
-#include "models/network.h"
+#include "trident/models/network.h"
 
 #include <sstream>
 
-#include "core/error.h"
-#include "core/philox.h"
-#include "models/layers.h"
-#include "models/loss.h"
+#include "trident/core/error.h"
+#include "trident/core/philox.h"
+#include "trident/models/layers.h"
+#include "trident/models/loss.h"
 
 namespace trident {
 

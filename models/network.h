@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/layer.h"
+#include "trident/models/layer.h"
 
 namespace trident {
 

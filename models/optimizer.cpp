@@ -1,7 +1,7 @@
 // SGD (momentum, weight decay, Nesterov) and Adam, each one device launch per step.
-#include "models/optimizer.h"
+#include "trident/models/optimizer.h"
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

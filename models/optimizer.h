@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/network.h"
+#include "trident/models/network.h"
 
 namespace trident {
 

@@ -1,5 +1,5 @@
 // Progress bar and JSON lines for the CLI.
-#include "models/progress.h"
+#include "trident/models/progress.h"
 
 #include <cstdio>
 #include <sstream>

@@ -1,6 +1,6 @@
 // Trainer::Replica: what one device holds of a training run (private to models/trainer*.cpp).
 #pragma once
-#include "models/trainer.h"
+#include "trident/models/trainer.h"
 
 namespace trident {
 

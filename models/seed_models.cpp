@@ -1,8 +1,8 @@
 // Builders of the seed models, with PyTorch's layer names so checkpoints load there as state dicts.
-#include "models/seed_models.h"
+#include "trident/models/seed_models.h"
 
-#include "core/error.h"
-#include "models/layers.h"
+#include "trident/core/error.h"
+#include "trident/models/layers.h"
 
 namespace trident {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "models/network.h"
+#include "trident/models/network.h"
 
 namespace trident {
 

@@ -1,16 +1,16 @@
 // The training loop: resident data, per-epoch index tables, one (captured) step per batch,
 // gradient all-reduce or periodic weight averaging across replicas, evaluation.
-#include "models/trainer.h"
+#include "trident/models/trainer.h"
 
 #include <chrono>
 #include <cmath>
 #include <thread>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/philox.h"
-#include "models/replica.h"
-#include "models/seed_models.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/philox.h"
+#include "trident/models/replica.h"
+#include "trident/models/seed_models.h"
 
 namespace trident {
 

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "core/collective.h"
-#include "core/idx.h"
-#include "models/loss.h"
-#include "models/network.h"
-#include "models/optimizer.h"
+#include "trident/core/collective.h"
+#include "trident/core/idx.h"
+#include "trident/models/loss.h"
+#include "trident/models/network.h"
+#include "trident/models/optimizer.h"
 
 namespace trident {
 

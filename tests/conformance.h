@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/registry.h"
-#include "core/tensor.h"
+#include "trident/core/device.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
 
 namespace trident::testing {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 #include "tests/conformance.h"
 
 using namespace trident;

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/registry.h"
-#include "models/trainer.h"
+#include "trident/core/registry.h"
+#include "trident/models/trainer.h"
 #include "tests/conformance.h"
 #include "tests/test_data.h"
 

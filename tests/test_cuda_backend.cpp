@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/tensor.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
 
 using namespace trident;
 using Catch::Matchers::Contains;

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <random>
 
-#include "core/idx.h"
+#include "trident/core/idx.h"
 
 namespace trident::testing {
 

@@ -12,12 +12,12 @@
 #include <sstream>
 #include <thread>
 
-#include "core/collective.h"
-#include "core/error.h"
-#include "core/mpi/process_group.h"
-#include "core/registry.h"
-#include "models/cli.h"
-#include "models/trainer.h"
+#include "trident/core/collective.h"
+#include "trident/core/error.h"
+#include "trident/core/mpi/process_group.h"
+#include "trident/core/registry.h"
+#include "trident/models/cli.h"
+#include "trident/models/trainer.h"
 #include "tests/test_data.h"
 
 using namespace trident;

@@ -8,14 +8,14 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/safetensors.h"
-#include "models/cli.h"
-#include "models/layers.h"
-#include "models/loss.h"
-#include "models/seed_models.h"
-#include "models/trainer.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/cli.h"
+#include "trident/models/layers.h"
+#include "trident/models/loss.h"
+#include "trident/models/seed_models.h"
+#include "trident/models/trainer.h"
 #include "tests/conformance.h"
 #include "tests/test_data.h"
 

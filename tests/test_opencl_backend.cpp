@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/error.h"
-#include "core/registry.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
 
 #ifdef TRIDENT_HAVE_OPENCL
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120  // the library's own setting (cmake/TridentOpenCL.cmake)
 #endif
-#include "backends/opencl/cl_errors.h"
-#include "backends/opencl/program_cache.h"
+#include "trident/backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/program_cache.h"
 #endif
 
 using namespace trident;

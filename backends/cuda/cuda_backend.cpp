@@ -2,10 +2,10 @@
 // no driver or no GPU reports why and has no CUDA devices (never an error by itself).
 #include <cstdio>
 
-#include "backends/cuda/cuda_device.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/registry.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
 
 namespace trident {
 namespace cuda {

@@ -1,7 +1,7 @@
 // Error text for CUDA, cuBLAS and NCCL status codes, and the throwers behind TRIDENT_CUDA_CHECK.
-#include "backends/cuda/cuda_check.h"
+#include "trident/backends/cuda/cuda_check.h"
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident::cuda {
 namespace {

@@ -7,9 +7,9 @@
 // Backward: col_n as the forward left it (after_forward), else im2col again, ones included; dw_part_n[OC, CKK+1] = dy_n[OC, P] col_n^T, whose last
 //           column is the per-sample bias gradient; dw, db = sums over n (fixed order);
 //           dcol_n[CKK, P] = W^T dy_n (over col, which is free again); dx = col2im(dcol).
-#include "backends/cuda/cuda_device.h"
-#include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cuda/cuda_kernels.h"
 
 namespace trident::cuda {
 namespace {

@@ -1,11 +1,11 @@
 // CudaDevice's plumbing: stream and library handles, memory, copies, synchronisation, and the
 // capture of a whole step into a CUDA graph.
-#include "backends/cuda/cuda_device.h"
+#include "trident/backends/cuda/cuda_device.h"
 
 #include <cstdio>
 
-#include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cuda/cuda_kernels.h"
 
 namespace trident::cuda {
 namespace {

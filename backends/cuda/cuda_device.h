@@ -11,8 +11,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "backends/cuda/cuda_check.h"
-#include "core/device.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/core/device.h"
 
 namespace trident::cuda {
 

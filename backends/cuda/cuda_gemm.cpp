@@ -6,9 +6,9 @@
 // is what cuBLASLt's BIAS epilogues add (a vector of length N).
 #include <climits>
 
-#include "backends/cuda/cuda_device.h"
-#include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cuda/cuda_kernels.h"
 
 namespace trident::cuda {
 namespace {

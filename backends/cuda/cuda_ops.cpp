@@ -1,8 +1,8 @@
 // CudaDevice's elementwise, classification-head, pooling, data and optimizer ops: argument
 // checks on the host, then one kernel launch each (kernels/cuda).
-#include "backends/cuda/cuda_device.h"
-#include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cuda/cuda_kernels.h"
 
 namespace trident::cuda {
 namespace {

@@ -1,6 +1,6 @@
 // The NCCL all-reduce for CUDA devices: one communicator per device, the sum queued in place on
 // each device's own stream, so it orders after backward and before the update with no host wait.
-#include "backends/cuda/nccl_collective.h"
+#include "trident/backends/cuda/nccl_collective.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/cuda/cuda_check.h"
-#include "backends/cuda/cuda_device.h"
-#include "core/error.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

@@ -6,8 +6,8 @@
 // recorded: capture() then returns nullptr (nothing of the step ran) and callers run it directly.
 #include <cstdio>
 
-#include "backends/opencl/opencl_device.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -1,5 +1,5 @@
 // OpenClDevice's plumbing: context and queue, memory, copies, the program with every kernel.
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 #include <cstdio>
 #include <cstring>
@@ -7,9 +7,9 @@
 #include <limits>
 #include <sstream>
 
-#include "backends/opencl/cl_info.h"
-#include "backends/opencl/program_cache.h"
-#include "core/error.h"
+#include "trident/backends/opencl/cl_info.h"
+#include "trident/backends/opencl/program_cache.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "backends/opencl/opencl_device.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -13,8 +13,8 @@
 
 #include <algorithm>
 
-#include "backends/opencl/opencl_device.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "backends/opencl/opencl_device.h"
-#include "backends/opencl/program_cache.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/program_cache.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace {

@@ -1,6 +1,6 @@
 // Activations, dropout and the classification head (log-softmax, NLL loss, accuracy).
-#include "backends/opencl/opencl_device.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -1,6 +1,6 @@
 // The training loop's device side: batch gather by index, the step counter, fused optimizers.
-#include "backends/opencl/opencl_device.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -1,5 +1,5 @@
 // KernelProfile (see profiler.h).
-#include "backends/opencl/profiler.h"
+#include "trident/backends/opencl/profiler.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <set>
 
-#include "core/env.h"
+#include "trident/core/env.h"
 
 namespace trident::opencl {
 

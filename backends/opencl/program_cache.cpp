@@ -1,5 +1,5 @@
 // The on-disk program binary cache (see program_cache.h for the rules it keeps).
-#include "backends/opencl/program_cache.h"
+#include "trident/backends/opencl/program_cache.h"
 
 #include <unistd.h>
 
@@ -12,10 +12,10 @@
 #include <mutex>
 #include <set>
 
-#include "backends/opencl/cl_errors.h"
-#include "backends/opencl/cl_info.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/cl_info.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace fs = std::filesystem;

@@ -10,11 +10,11 @@
 #include <cstdio>
 #include <ostream>
 
-#include "core/env.h"
-#include "core/mpi/process_group.h"
-#include "core/registry.h"
+#include "trident/core/env.h"
+#include "trident/core/mpi/process_group.h"
+#include "trident/core/registry.h"
 #ifdef TRIDENT_HAVE_CUDA
-#include "backends/cuda/nccl_collective.h"
+#include "trident/backends/cuda/nccl_collective.h"
 #endif
 
 namespace trident {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/collective.h"
-#include "core/error.h"
+#include "trident/core/collective.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -1,11 +1,11 @@
 // CPU batch gather: one memcpy per row, rows split over the arena when the batch is large.
-#include "kernels/cpu/gather.h"
+#include "trident/kernels/cpu/gather.h"
 
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident::cpu {
 

@@ -1,12 +1,12 @@
 // CPU column sums in double: split over columns when they are many, else over rows with
 // per-piece partials combined in a fixed order (deterministic for a given thread count).
-#include "kernels/cpu/reduce.h"
+#include "trident/kernels/cpu/reduce.h"
 
 #include <tbb/task_arena.h>
 
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

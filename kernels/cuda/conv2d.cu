@@ -3,9 +3,9 @@
 // order reduction of per-sample weight/bias gradients.
 #include <string>
 
-#include "core/error.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/core/error.h"
+#include "trident/kernels/cuda/cuda_kernels.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // CUDA elementwise kernels: fill, ReLU, axpby, the GEMM bias/ReLU epilogue, dropout (Philox).
-#include "core/philox.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/core/philox.h"
+#include "trident/kernels/cuda/cuda_kernels.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

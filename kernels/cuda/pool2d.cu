@@ -1,8 +1,8 @@
 // CUDA max pooling (NCHW, no padding): one thread per output in the forward pass; the backward
 // pass gathers per input pixel over the windows that cover it (no atomics, deterministic, and
 // the same order of additions as the CPU's scatter).
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/cuda_kernels.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // CUDA column sums (bias gradients): one block per 32 columns, 32 row lanes per column, summed
 // in a fixed tree, so the result is deterministic.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/cuda_kernels.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

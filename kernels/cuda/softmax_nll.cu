@@ -3,8 +3,8 @@
 #include <climits>
 #include <cmath>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/cuda_kernels.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

@@ -3,8 +3,8 @@
 // of operations as in kernels/cpu/optimizers.cpp).
 #include <cstdint>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/cuda_kernels.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

@@ -1,13 +1,13 @@
 // Plain-loop reference ops: GEMM, reductions, elementwise, dropout, the classification head, data
 // movement and the optimizers. Sums are kept in double; each output is rounded to float once.
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "core/philox.h"
+#include "trident/core/philox.h"
 
 namespace trident::reference {
 

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident::reference {
 

@@ -1,5 +1,5 @@
 // A user program built against the installed Trident package: lists the devices.
-#include <trident.h>
+#include <trident/trident.h>
 
 #include <iostream>
 

@@ -1,6 +1,6 @@
 // The README's library example, compiled against the installed package so that it stays true.
-#include <trident.h>
-#include <models/trainer.h>
+#include <trident/trident.h>
+#include <trident/models/trainer.h>
 #include <iostream>
 
 int main() {
