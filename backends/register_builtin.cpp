@@ -1,5 +1,7 @@
-// The one place that lists the compiled-in backends (explicit registration: static initializers
-// would be dropped when libtrident.a is linked). A new backend adds one line here.
+// The registry layer: the one place that lists the compiled-in backends (explicit registration:
+// static initializers would be dropped from a static archive), and the process-wide registry
+// built from them. A new backend adds one line here. It sits above the backends' layers and
+// below models (CMakeLists.txt), so core never refers to a backend.
 #include "trident/core/registry.h"
 
 namespace trident {
@@ -7,6 +9,8 @@ namespace trident {
 std::unique_ptr<Backend> make_cpu_backend();
 #ifdef TRIDENT_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend();
+#endif
+#ifdef TRIDENT_HAVE_NCCL
 void register_nccl_collective();  // backends/cuda/nccl_collective.h: NCCL for CUDA device sets
 #endif
 #ifdef TRIDENT_HAVE_OPENCL
@@ -14,14 +18,25 @@ std::unique_ptr<Backend> make_opencl_backend();
 #endif
 
 void register_builtin_backends(DeviceRegistry& registry) {
-#ifdef TRIDENT_HAVE_CUDA
+#ifdef TRIDENT_HAVE_NCCL
   register_nccl_collective();
+#endif
+#ifdef TRIDENT_HAVE_CUDA
   registry.add_backend(make_cuda_backend());
 #endif
 #ifdef TRIDENT_HAVE_OPENCL
   registry.add_backend(make_opencl_backend());
 #endif
   registry.add_backend(make_cpu_backend());
+}
+
+DeviceRegistry& DeviceRegistry::global() {
+  static DeviceRegistry* registry = [] {
+    auto* r = new DeviceRegistry();  // intentionally never deleted: see core/registry.h
+    register_builtin_backends(*r);
+    return r;
+  }();
+  return *registry;
 }
 
 }  // namespace trident

@@ -9,14 +9,8 @@
 
 namespace trident {
 
-DeviceRegistry& DeviceRegistry::global() {
-  static DeviceRegistry* registry = [] {
-    auto* r = new DeviceRegistry();  // intentionally never deleted: see the header
-    register_builtin_backends(*r);
-    return r;
-  }();
-  return *registry;
-}
+// DeviceRegistry::global() is defined by the registry layer (backends/register_builtin.cpp),
+// which links the backends: core knows none of them.
 
 void DeviceRegistry::add_backend(std::unique_ptr<Backend> backend) {
   BackendEntry entry;

@@ -29,6 +29,7 @@ class DeviceRegistry {
 
   // The process-wide registry with every compiled-in backend registered and discovered. It lives
   // until the process ends (never destroyed, so no driver is torn down during static destruction).
+  // Defined by the registry layer (backends/register_builtin.cpp, target trident_backends).
   static DeviceRegistry& global();
 
   DeviceRegistry() = default;
@@ -57,7 +58,8 @@ class DeviceRegistry {
   std::vector<BackendEntry> backends_;
 };
 
-// Registers every backend this build was compiled with (backends/register_builtin.cpp).
+// Registers every backend this build was compiled with (backends/register_builtin.cpp, the
+// registry layer above the backends).
 void register_builtin_backends(DeviceRegistry& registry);
 
 }  // namespace trident

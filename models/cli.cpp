@@ -18,6 +18,7 @@
 #include "trident/models/progress.h"
 #include "trident/models/seed_models.h"
 #include "trident/models/trainer.h"
+#include "trident/version.h"
 
 namespace trident {
 namespace {
@@ -29,6 +30,7 @@ commands:
   train                   train a model on an MNIST-format data set
   eval --checkpoint FILE  evaluate a checkpoint on the test set
   help                    this text
+  --version               the version and what this build has (backends, NCCL, MPI)
 
 train options (defaults are the MNIST notebook's):
   --model mlp|cnn|mlp-big   model to train (cnn)
@@ -239,7 +241,7 @@ int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
   }
 }
 
-int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
+int cmd_eval(const Args& a, std::ostream& out, std::ostream& /*err*/) {
   const std::string checkpoint = get(a, "--checkpoint", "");
   if (checkpoint.empty()) throw UsageError("eval needs --checkpoint FILE");
   TrainOptions options = train_options(a);
@@ -269,6 +271,10 @@ int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
     const Args a = parse(argv);
     if (a.command == "help" || a.command == "--help" || a.flags.count("--help")) {
       out << kUsage;
+      return 0;
+    }
+    if (a.command == "--version") {
+      out << "trident " << TRIDENT_VERSION_STRING << " (" << TRIDENT_BUILD_FEATURES << ")\n";
       return 0;
     }
     if (a.command == "devices") return cmd_devices(out);

@@ -50,7 +50,7 @@ class Layer {
     params_ = params;
     grads_ = grads;
   }
-  virtual std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const {
+  virtual std::vector<ScratchSpec> scratch_specs(const Device& /*device*/, const Shape& /*input*/) const {
     return {};
   }
   // True when the output is the input itself (a reshape, or an activation fused into the layer before).

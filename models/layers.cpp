@@ -246,8 +246,8 @@ Shape Flatten::output_shape(const Shape& input) const {
   return {input[0], features};
 }
 
-void Flatten::backward(const StepContext& ctx, const Tensor&, const Tensor&, const Tensor& dy,
-                       const Tensor& dx, const std::vector<Tensor>&) {
+void Flatten::backward(const StepContext&, const Tensor&, const Tensor&, const Tensor& /*dy*/,
+                       const Tensor& /*dx*/, const std::vector<Tensor>&) {
   // dx is dy's memory (the Sequential aliases gradients of aliasing layers): nothing to move.
 }
 

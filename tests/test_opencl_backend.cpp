@@ -22,6 +22,7 @@
 #include "trident/core/device.h"
 #include "trident/core/error.h"
 #include "trident/core/registry.h"
+#include "trident/core/tensor.h"
 
 #ifdef TRIDENT_HAVE_OPENCL
 #ifndef CL_TARGET_OPENCL_VERSION

@@ -15,6 +15,19 @@ std::string version_text(int version) {  // 12080 -> "12.8"
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
+// Said beside every CUDA device (and in the reason for none) when this build has no NCCL, since
+// several GPUs then sum gradients through host memory, much slower than NCCL.
+#ifdef TRIDENT_HAVE_NCCL
+constexpr const char* kNcclNote = "";
+#else
+constexpr const char* kNcclNote = "built without NCCL (several GPUs sum through host memory)";
+#endif
+
+std::string with_nccl_note(std::string text) {
+  if (*kNcclNote) text += (text.empty() ? "" : "; ") + std::string(kNcclNote);
+  return text;
+}
+
 std::string why_no_devices(cudaError_t status) {
   const std::string detail = " (" + describe_status(status) + ")";
   switch (status) {
@@ -41,11 +54,11 @@ class CudaBackend final : public Backend {
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
       (void)cudaGetLastError();
-      why_none = why_no_devices(status);
+      why_none = with_nccl_note(why_no_devices(status));
       return devices;
     }
     if (count == 0) {
-      why_none = "no CUDA GPU found";
+      why_none = with_nccl_note("no CUDA GPU found");
       return devices;
     }
     int driver = 0, runtime = 0;
@@ -65,9 +78,10 @@ class CudaBackend final : public Backend {
         info.type = "gpu";
         info.driver = "CUDA driver " + version_text(driver) + ", runtime " + version_text(runtime);
         // "tf32" appears only when it is on: the conformance suite keys its tolerance on it.
-        info.detail = "compute capability " + std::to_string(prop.major) + "." +
-                      std::to_string(prop.minor) +
-                      (tf32 ? ", TF32 tensor-core GEMM (TRIDENT_CUDA_TF32=1)" : "");
+        const std::string capability = "compute capability " + std::to_string(prop.major) + "." +
+                                       std::to_string(prop.minor);
+        info.detail = with_nccl_note(
+            capability + (tf32 ? ", TF32 tensor-core GEMM (TRIDENT_CUDA_TF32=1)" : ""));
         info.memory_bytes = prop.totalGlobalMem;
         info.compute_units = prop.multiProcessorCount;
         devices.push_back(std::make_unique<CudaDevice>(ordinal, std::move(info), tf32));
@@ -77,7 +91,7 @@ class CudaBackend final : public Backend {
       }
     }
     if (devices.empty()) {
-      why_none = failures;
+      why_none = with_nccl_note(failures);
     } else if (!failures.empty()) {
       std::fprintf(stderr, "trident: some CUDA GPUs are unusable and left out: %s\n",
                    failures.c_str());
