@@ -1,10 +1,9 @@
 // The CUDA backend: finds the GPUs at run time and makes one CudaDevice for each; a machine with
 // no driver or no GPU reports why and has no CUDA devices (never an error by itself).
-#include <cstdio>
-
 #include "trident/backends/cuda/cuda_device.h"
 #include "trident/core/env.h"
 #include "trident/core/error.h"
+#include "trident/core/log.h"
 #include "trident/core/registry.h"
 
 namespace trident {
@@ -93,8 +92,7 @@ class CudaBackend final : public Backend {
     if (devices.empty()) {
       why_none = with_nccl_note(failures);
     } else if (!failures.empty()) {
-      std::fprintf(stderr, "trident: some CUDA GPUs are unusable and left out: %s\n",
-                   failures.c_str());
+      log_warning("some CUDA GPUs are unusable and left out: " + failures);
     }
     return devices;
   }

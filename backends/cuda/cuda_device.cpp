@@ -2,9 +2,8 @@
 // capture of a whole step into a CUDA graph.
 #include "trident/backends/cuda/cuda_device.h"
 
-#include <cstdio>
-
 #include "trident/core/error.h"
+#include "trident/core/log.h"
 #include "trident/kernels/cuda/cuda_kernels.h"
 
 namespace trident::cuda {
@@ -117,8 +116,9 @@ void CudaDevice::raw_free(void* handle) noexcept {
   if (status == cudaSuccess) status = freed;
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    std::fprintf(stderr, "trident: cuda:%d: freeing device memory failed: %s\n", ordinal_,
-                 describe_status(status).c_str());
+    log_message(LogLevel::error,
+                "cuda:" + std::to_string(ordinal_) +
+                    ": freeing device memory failed: " + describe_status(status));
   }
 }
 
@@ -194,8 +194,8 @@ std::unique_ptr<CapturedWork> CudaDevice::capture(const std::function<void()>& s
   if (!failure.empty()) {
     (void)cudaGetLastError();
     // The caller runs the step eagerly instead; say why once, since it costs speed.
-    std::fprintf(stderr, "trident: %s: the step could not be captured as a CUDA graph (%s); "
-                 "running it without a graph\n", info_.id().c_str(), failure.c_str());
+    log_warning(info_.id() + ": the step could not be captured as a CUDA graph (" + failure +
+                "); running it without a graph");
     return nullptr;
   }
   auto work = std::make_unique<CudaGraphWork>(*this, exec);

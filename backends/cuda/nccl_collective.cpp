@@ -5,12 +5,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include "trident/backends/cuda/cuda_check.h"
 #include "trident/backends/cuda/cuda_device.h"
 #include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident {
 namespace {
@@ -41,8 +41,7 @@ class CurrentDeviceGuard {
   CurrentDeviceGuard() { saved_ok_ = cudaGetDevice(&saved_) == cudaSuccess; }
   ~CurrentDeviceGuard() {
     if (saved_ok_ && cudaSetDevice(saved_) != cudaSuccess)
-      std::fprintf(stderr, "trident: warning: could not restore CUDA device %d after NCCL init\n",
-                   saved_);
+      log_warning("could not restore CUDA device " + std::to_string(saved_) + " after NCCL init");
   }
 
  private:
@@ -63,8 +62,8 @@ class NcclCollective : public Collective {
     // each is freed locally. A destructor cannot throw: failures are reported.
     auto report = [&](const char* call, ncclResult_t result) {
       if (result != ncclSuccess)
-        std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
-                     ncclGetErrorString(result));
+        log_warning(std::string(call) + " failed on " + names_ + ": " +
+                    ncclGetErrorString(result));
     };
     report("ncclGroupStart", ncclGroupStart());
     for (ncclComm_t comm : comms_) report("ncclCommFinalize", ncclCommFinalize(comm));
@@ -72,8 +71,8 @@ class NcclCollective : public Collective {
     for (ncclComm_t comm : comms_) report("ncclCommDestroy", ncclCommDestroy(comm));
     auto report_cuda = [&](const char* call, cudaError_t result) {
       if (result != cudaSuccess)
-        std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
-                     cudaGetErrorString(result));
+        log_warning(std::string(call) + " failed on " + names_ + ": " +
+                    cudaGetErrorString(result));
     };
     for (size_t i = 0; i < side_.size(); ++i) {  // released once idle; these calls do not wait
       report_cuda("cudaSetDevice", cudaSetDevice(devices_[i]->ordinal()));

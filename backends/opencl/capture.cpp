@@ -4,10 +4,9 @@
 //
 // A step that transfers to or from the host, synchronizes, allocates or frees cannot be
 // recorded: capture() then returns nullptr (nothing of the step ran) and callers run it directly.
-#include <cstdio>
-
 #include "trident/backends/opencl/opencl_device.h"
 #include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident::opencl {
 
@@ -98,8 +97,8 @@ std::unique_ptr<CapturedWork> OpenClDevice::capture(const std::function<void()>&
   }
   std::unique_ptr<CaptureRecording> recording = std::move(recording_);
   if (!recording->failure.empty()) {
-    std::fprintf(stderr, "trident: %s: the step could not be captured (it calls %s); running it "
-                 "directly each time.\n", label_.c_str(), recording->failure.c_str());
+    log_warning(label_ + ": the step could not be captured (it calls " + recording->failure +
+                "); running it directly each time.");
     return nullptr;
   }
   return std::make_unique<OpenClCapturedWork>(queue_, label_, profile_.get(),

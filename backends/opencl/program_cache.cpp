@@ -16,6 +16,7 @@
 #include "trident/backends/opencl/cl_info.h"
 #include "trident/core/env.h"
 #include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident::opencl {
 namespace fs = std::filesystem;
@@ -41,9 +42,9 @@ void warn_once(const std::string& dir, const std::string& why) {
   static std::set<std::string> warned;
   std::lock_guard<std::mutex> lock(mutex);
   if (!warned.insert(dir).second) return;
-  std::fprintf(stderr, "trident: warning: OpenCL program cache disabled for %s (%s); kernels "
-               "will be compiled at every start. Set TRIDENT_OPENCL_CACHE to a writable "
-               "directory.\n", dir.c_str(), why.c_str());
+  log_warning("OpenCL program cache disabled for " + dir + " (" + why +
+              "); kernels will be compiled at every start. Set TRIDENT_OPENCL_CACHE to a "
+              "writable directory.");
 }
 
 struct Key { uint64_t hi, lo; };

@@ -15,7 +15,7 @@ endfunction()
 run_step(${CMAKE_COMMAND} --install ${TRIDENT_BUILD} --prefix ${WORK}/prefix)
 
 set(include ${WORK}/prefix/include/trident)
-foreach(public trident.h version.h core/tensor.h core/registry.h models/trainer.h)
+foreach(public trident.h version.h core/tensor.h core/log.h core/registry.h models/trainer.h)
   if(NOT EXISTS ${include}/${public})
     message(FATAL_ERROR "installed package lacks the public header include/trident/${public}")
   endif()
