@@ -15,7 +15,7 @@ jobs=${JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 common=(-DTRIDENT_WERROR=ON)
-if command -v ccache >/dev/null 2>&1; then
+if [ "${CI_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null 2>&1; then  # CI_CCACHE=0: without
   # Paths relative to the checkout in the cache key: the trees share what they compile alike.
   export CCACHE_BASEDIR=$PWD
   common+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
