@@ -6,7 +6,7 @@ MODEL ?= cnn
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 JOBS ?= $(shell nproc)
 
-.PHONY: run test build deps bench clean
+.PHONY: run test build deps bench ci format-check clean
 
 run: deps build
 	$(BUILD)/trident devices
@@ -19,6 +19,15 @@ test: deps build
 
 deps:
 	bash scripts/install_deps.sh
+
+# What CI runs (.ci/run): -Werror builds of the default configuration and of those without
+# OpenCL / without CUDA and MPI, the whole suite, and the suite under ASan + UBSan (scripts/ci.sh).
+ci: deps
+	bash scripts/ci.sh
+
+# Reports files that differ from .clang-format (not enforced yet; needs clang-format-14).
+format-check:
+	bash scripts/check_format.sh
 
 build:
 	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/gemm.h"
 
 namespace {
 

@@ -28,14 +28,14 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/idx.h"
-#include "core/json.h"
-#include "core/registry.h"
-#include "core/tensor.h"
-#include "models/predictor.h"
-#include "models/trainer.h"
-#include "models/zoo.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
+#include "trident/core/json.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
+#include "trident/models/predictor.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
 
 namespace {
 

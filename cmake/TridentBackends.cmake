@@ -1,5 +1,5 @@
-# Resolves TRIDENT_WITH_CUDA / TRIDENT_WITH_OPENCL / TRIDENT_WITH_MPI (ON, OFF, AUTO) into
-# TRIDENT_ENABLE_* booleans. ON fails the configure when the toolkit is missing; AUTO quietly skips.
+# Resolves TRIDENT_WITH_CUDA / _NCCL / _OPENCL / _MPI (ON, OFF, AUTO) into TRIDENT_ENABLE_*
+# booleans. ON fails the configure when the toolkit is missing; AUTO quietly skips.
 
 function(trident_resolve option found what)
   string(TOUPPER "${${option}}" value)
@@ -18,7 +18,7 @@ function(trident_resolve option found what)
   message(STATUS "Trident: ${option}=${${option}} -> ${enable}")
 endfunction()
 
-# CUDA: the toolkit (nvcc, cuBLAS, cuBLASLt) and NCCL.
+# CUDA: the toolkit (nvcc, cuBLAS, cuBLASLt).
 set(_cuda_found OFF)
 string(TOUPPER "${TRIDENT_WITH_CUDA}" _want_cuda)
 if(NOT _want_cuda STREQUAL "OFF")
@@ -28,12 +28,25 @@ if(NOT _want_cuda STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   find_package(CUDAToolkit QUIET)
-  find_package(NCCL QUIET)
-  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND TARGET CUDA::cublasLt AND NCCL_FOUND)
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND TARGET CUDA::cublasLt)
     set(_cuda_found ON)
   endif()
 endif()
-trident_resolve(TRIDENT_WITH_CUDA _cuda_found "the CUDA Toolkit (nvcc, cuBLAS, cuBLASLt) with NCCL")
+trident_resolve(TRIDENT_WITH_CUDA _cuda_found "the CUDA Toolkit (nvcc, cuBLAS, cuBLASLt)")
+
+# NCCL: collectives for sets of CUDA GPUs (one process or one per GPU under MPI). Without it the
+# CUDA backend still trains on one GPU, and several GPUs sum through host memory.
+set(_nccl_found OFF)
+string(TOUPPER "${TRIDENT_WITH_NCCL}" _want_nccl)
+if(TRIDENT_ENABLE_CUDA AND NOT _want_nccl STREQUAL "OFF")
+  find_package(NCCL QUIET)
+  if(NCCL_FOUND)
+    set(_nccl_found ON)
+  endif()
+elseif(_want_nccl STREQUAL "ON")
+  message(FATAL_ERROR "TRIDENT_WITH_NCCL=ON needs the CUDA backend, which is off (TRIDENT_WITH_CUDA=${TRIDENT_WITH_CUDA})")
+endif()
+trident_resolve(TRIDENT_WITH_NCCL _nccl_found "NCCL (nccl.h and libnccl; set NCCL_ROOT)")
 
 # OpenCL: the ICD loader and headers, and CLBlast.
 set(_opencl_found OFF)
@@ -57,3 +70,12 @@ if(NOT _want_mpi STREQUAL "OFF")
   endif()
 endif()
 trident_resolve(TRIDENT_WITH_MPI _mpi_found "MPI (libopenmpi-dev)")
+
+# What this build has, for trident/version.h, `trident --version` and the package's components.
+set(TRIDENT_BUILD_FEATURES cpu)
+foreach(_feature CUDA NCCL OPENCL MPI)
+  if(TRIDENT_ENABLE_${_feature})
+    string(TOLOWER ${_feature} _name)
+    string(APPEND TRIDENT_BUILD_FEATURES " ${_name}")
+  endif()
+endforeach()

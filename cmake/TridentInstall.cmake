@@ -1,15 +1,26 @@
-# `cmake --install` exports a package: find_package(Trident) + target_link_libraries(app Trident::trident).
-include(GNUInstallDirs)
+# `cmake --install` exports a package: find_package(Trident [COMPONENTS cuda opencl mpi nccl])
+# + target_link_libraries(app Trident::trident). Installed headers are the public ones only, under
+# include/trident/ exactly as the library includes them (<trident/core/tensor.h>,
+# <trident/models/trainer.h>, <trident/trident.h>, <trident/version.h>); the backends' and
+# kernels' headers are private and stay out.
 include(CMakePackageConfigHelpers)
 
-install(TARGETS trident EXPORT TridentTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+set(_layers trident_core trident_cpu trident_backends trident_models trident)
+foreach(_layer trident_cuda trident_opencl trident_mpi)
+  if(TARGET ${_layer})
+    list(APPEND _layers ${_layer})
+  endif()
+endforeach()
+install(TARGETS ${_layers} EXPORT TridentTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS trident_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY core models DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/trident
         FILES_MATCHING PATTERN "*.h")
-install(FILES trident.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/trident)
+install(FILES trident.h ${TRIDENT_LAYER_ROOT}/trident_core/trident/version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/trident)
 install(EXPORT TridentTargets NAMESPACE Trident:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Trident)
 
 set(TRIDENT_CONFIG_CUDA ${TRIDENT_ENABLE_CUDA})
+set(TRIDENT_CONFIG_NCCL ${TRIDENT_ENABLE_NCCL})
 set(TRIDENT_CONFIG_OPENCL ${TRIDENT_ENABLE_OPENCL})
 set(TRIDENT_CONFIG_MPI ${TRIDENT_ENABLE_MPI})
 set(TRIDENT_CONFIG_PNG OFF)

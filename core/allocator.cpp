@@ -1,7 +1,7 @@
 // Caching pool: best fit among cached blocks no more than twice the request, else a new block.
-#include "core/allocator.h"
+#include "trident/core/allocator.h"
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident {
 

@@ -1,11 +1,11 @@
 // ByteSource: stored or inflated reads over a file region, with errors naming the source.
-#include "core/byte_source.h"
+#include "trident/core/byte_source.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

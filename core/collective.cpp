@@ -1,5 +1,5 @@
 // Host-staged all-reduce and the choice of collective for a device set.
-#include "core/collective.h"
+#include "trident/core/collective.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -11,8 +11,8 @@
 
 #include <tbb/parallel_for.h>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

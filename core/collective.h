@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/error.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

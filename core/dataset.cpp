@@ -1,11 +1,11 @@
 // The Dataset value: validated construction from memory, shared immutable storage, normalization.
-#include "core/dataset.h"
+#include "trident/core/dataset.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
+#include "trident/core/dtype.h"
 
 namespace trident {
 

@@ -5,13 +5,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/byte_source.h"
-#include "core/dataset.h"
-#include "core/error.h"
-#include "core/files.h"
-#include "core/idx.h"
-#include "core/npy.h"
-#include "core/zip.h"
+#include "trident/core/byte_source.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
+#include "trident/core/idx.h"
+#include "trident/core/npy.h"
+#include "trident/core/zip.h"
 
 namespace trident {
 namespace {

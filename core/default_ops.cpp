@@ -1,6 +1,6 @@
 // Defaults of the optional Device slots, composed of required ops only (see core/default_ops.h).
 // They favour simplicity over speed: a backend that cares overrides the slot.
-#include "core/default_ops.h"
+#include "trident/core/default_ops.h"
 
 namespace trident {
 namespace defaults {

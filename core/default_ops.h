@@ -4,7 +4,7 @@
 #pragma once
 #include <cstddef>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident::defaults {
 

@@ -1,12 +1,12 @@
 // Device's non-virtual parts that are not op checks: the caching pool, the memory entry points,
 // the workspace claims of the convolution, and the device-side error flag.
-#include "core/device.h"
+#include "trident/core/device.h"
 
 #include <string>
 
-#include "core/allocator.h"
-#include "core/error.h"
-#include "core/half.h"
+#include "trident/core/allocator.h"
+#include "trident/core/error.h"
+#include "trident/core/half.h"
 
 namespace trident {
 namespace {

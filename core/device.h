@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "core/device_types.h"
-#include "core/dtype.h"
-#include "core/half.h"
-#include "core/op_types.h"
-#include "core/tensor.h"
+#include "trident/core/device_types.h"
+#include "trident/core/dtype.h"
+#include "trident/core/half.h"
+#include "trident/core/op_types.h"
+#include "trident/core/tensor.h"
 
 namespace trident {
 

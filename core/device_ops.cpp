@@ -3,9 +3,9 @@
 #include <cmath>
 #include <string>
 
-#include "core/device.h"
-#include "core/error.h"
-#include "core/half.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
+#include "trident/core/half.h"
 
 namespace trident {
 namespace {

@@ -1,11 +1,11 @@
 // Environment parsing shared by the registry, the backends and the CLI.
-#include "core/env.h"
+#include "trident/core/env.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

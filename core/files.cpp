@@ -1,12 +1,12 @@
 // Regular-file-only input opening (non-blocking open, then fstat) and output path checks.
-#include "core/files.h"
+#include "trident/core/files.h"
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <filesystem>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 #ifndef _WIN32
 #include <fcntl.h>

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/dtype.h"
-#include "core/philox.h"  // TRIDENT_HD
+#include "trident/core/dtype.h"
+#include "trident/core/philox.h"  // TRIDENT_HD
 
 namespace trident {
 

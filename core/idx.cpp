@@ -1,17 +1,17 @@
 // IDX (MNIST) file reading: a header parser that checks every size before allocating, reading
 // only the leading items a run uses (raw or gzip), and the legacy float MNIST loader on top of
 // the Dataset loader.
-#include "core/idx.h"
+#include "trident/core/idx.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
-#include "core/byte_source.h"
-#include "core/dataset.h"
-#include "core/error.h"
-#include "core/files.h"
+#include "trident/core/byte_source.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
 
 namespace trident {
 namespace {

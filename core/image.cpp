@@ -1,5 +1,5 @@
 // PGM and PNG readers (8-bit planes), channel conversion and bilinear resizing.
-#include "core/image.h"
+#include "trident/core/image.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/files.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
 
 #ifdef TRIDENT_HAVE_PNG
 #include <png.h>

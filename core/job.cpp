@@ -1,13 +1,13 @@
 // Launcher detection, each process's share of the devices, and the comparison of the settings
 // the processes of a job must share.
-#include "core/job.h"
+#include "trident/core/job.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/collective.h"
-#include "core/registry.h"
+#include "trident/core/collective.h"
+#include "trident/core/registry.h"
 
 namespace trident {
 

@@ -1,5 +1,5 @@
 // The strict JSON reader and the JSON writer (see json.h).
-#include "core/json.h"
+#include "trident/core/json.h"
 
 #include <clocale>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <unordered_set>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace json {

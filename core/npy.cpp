@@ -1,5 +1,5 @@
 // The .npy header parser (a strict reader of the dict literal numpy writes) and data reader.
-#include "core/npy.h"
+#include "trident/core/npy.h"
 
 #include <unistd.h>
 
@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/byte_source.h"
-#include "core/error.h"
-#include "core/files.h"
+#include "trident/core/byte_source.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
 
 namespace trident {
 namespace {

@@ -1,5 +1,5 @@
 // Names and properties of the op argument enums (core/op_types.h).
-#include "core/op_types.h"
+#include "trident/core/op_types.h"
 
 namespace trident {
 

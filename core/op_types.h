@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "trident/core/tensor.h"
 
 namespace trident {
 

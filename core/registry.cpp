@@ -1,12 +1,11 @@
 // Device selection: names to devices, with errors that list what exists.
-#include "core/registry.h"
+#include "trident/core/registry.h"
 
 #include <algorithm>
-#include <mutex>
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident {
 
@@ -41,33 +40,8 @@ std::string DiscoveryScope::describe() const {
          std::to_string(local_size) + " on this machine: " + share + ")";
 }
 
-namespace {
-std::mutex global_scope_mutex;
-DiscoveryScope global_scope;
-bool global_built = false;
-}  // namespace
-
-bool DeviceRegistry::limit_global_discovery(const DiscoveryScope& scope) {
-  std::lock_guard<std::mutex> lock(global_scope_mutex);
-  if (global_built) return false;
-  global_scope = scope;
-  return true;
-}
-
-DeviceRegistry& DeviceRegistry::global() {
-  static DeviceRegistry* registry = [] {
-    DiscoveryScope scope;
-    {
-      std::lock_guard<std::mutex> lock(global_scope_mutex);
-      global_built = true;
-      scope = global_scope;
-    }
-    auto r = std::make_unique<DeviceRegistry>(scope);  // released below, never deleted: see the header
-    register_builtin_backends(*r);  // may throw a UsageError (a bad TRIDENT_* variable)
-    return r.release();
-  }();
-  return *registry;
-}
+// DeviceRegistry::global() and limit_global_discovery() are defined by the registry layer
+// (backends/register_builtin.cpp), which links the backends: core knows none of them.
 
 void DeviceRegistry::add_backend(std::unique_ptr<Backend> backend) {
   BackendEntry entry;

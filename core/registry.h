@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident {
 
@@ -60,6 +60,7 @@ class DeviceRegistry {
 
   // The process-wide registry with every compiled-in backend registered and discovered. It lives
   // until the process ends (never destroyed, so no driver is torn down during static destruction).
+  // Defined by the registry layer (backends/register_builtin.cpp, target trident_backends).
   static DeviceRegistry& global();
   // Limits what global() will open (under a launcher: this process's devices only). Must come
   // before global() is first called; returns false, changing nothing, when it is too late.
@@ -95,7 +96,8 @@ class DeviceRegistry {
   std::vector<BackendEntry> backends_;
 };
 
-// Registers every backend this build was compiled with (backends/register_builtin.cpp).
+// Registers every backend this build was compiled with (backends/register_builtin.cpp, the
+// registry layer above the backends).
 void register_builtin_backends(DeviceRegistry& registry);
 
 }  // namespace trident

@@ -1,6 +1,6 @@
 // safetensors reading (header JSON checked field by field before any data is read) and
 // crash-safe writing (temporary file, fsync, rename, directory fsync).
-#include "core/safetensors.h"
+#include "trident/core/safetensors.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -13,10 +13,10 @@
 #include <set>
 #include <thread>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/files.h"
-#include "core/json.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
+#include "trident/core/json.h"
 
 #ifdef _WIN32
 #include <io.h>

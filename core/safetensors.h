@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
+#include "trident/core/dtype.h"
 
 namespace trident {
 

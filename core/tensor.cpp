@@ -1,11 +1,11 @@
 // Tensor storage is a block of the device's caching pool, returned to it when the last view goes.
-#include "core/tensor.h"
+#include "trident/core/tensor.h"
 
-#include "core/half.h"
+#include "trident/core/half.h"
 
-#include "core/allocator.h"
-#include "core/device.h"
-#include "core/error.h"
+#include "trident/core/allocator.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device_types.h"
-#include "core/dtype.h"
+#include "trident/core/device_types.h"
+#include "trident/core/dtype.h"
 
 namespace trident {
 

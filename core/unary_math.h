@@ -4,8 +4,8 @@
 #pragma once
 #include <cmath>
 
-#include "core/op_types.h"
-#include "core/philox.h"  // TRIDENT_HD
+#include "trident/core/op_types.h"
+#include "trident/core/philox.h"  // TRIDENT_HD
 
 namespace trident {
 

@@ -1,11 +1,11 @@
 // Zip central-directory parsing (with ZIP64) and entry readers, every size checked against the file.
-#include "core/zip.h"
+#include "trident/core/zip.h"
 
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

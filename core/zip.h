@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/byte_source.h"
-#include "core/files.h"
+#include "trident/core/byte_source.h"
+#include "trident/core/files.h"
 
 namespace trident {
 

@@ -1,6 +1,6 @@
 // A user's own CNN: convolutions with batch norm, a residual block, global pooling, label
 // smoothing, on-device augmentation and a one-cycle schedule. Usage: bn_cnn [DATA [LIMIT [EPOCHS]]]
-#include <trident.h>
+#include <trident/trident.h>
 
 #include <iostream>
 #include <string>

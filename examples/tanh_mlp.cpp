@@ -1,6 +1,6 @@
 // A user's own model: a tanh MLP trained with AdamW and a cosine schedule on any data set the
 // loaders read. Usage: tanh_mlp [DATA_DIR_OR_NPZ [TRAIN_LIMIT [EPOCHS]]]
-#include <trident.h>
+#include <trident/trident.h>
 
 #include <iostream>
 #include <string>

@@ -11,11 +11,11 @@
 #include <cstring>
 #include <map>
 
-#include "core/error.h"
-#include "core/json.h"
-#include "core/safetensors.h"
-#include "models/replica.h"
-#include "models/state_dict.h"
+#include "trident/core/error.h"
+#include "trident/core/json.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/replica.h"
+#include "trident/models/state_dict.h"
 
 namespace trident {
 namespace {

@@ -1,5 +1,5 @@
 // The three commands of the `trident` CLI (options are parsed and checked in cli_options.cpp).
-#include "models/cli.h"
+#include "trident/models/cli.h"
 
 #include <unistd.h>
 
@@ -12,22 +12,23 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/dataset.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/files.h"
-#include "core/idx.h"
-#include "core/job.h"
-#include "core/json.h"
-#include "core/mpi/process_group.h"
-#include "core/registry.h"
-#include "core/safetensors.h"
-#include "models/cli_options.h"
-#include "models/cli_predict.h"
-#include "models/progress.h"
-#include "models/state_dict.h"
-#include "models/zoo.h"
-#include "models/trainer.h"
+#include "trident/core/dataset.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
+#include "trident/core/idx.h"
+#include "trident/core/job.h"
+#include "trident/core/json.h"
+#include "trident/core/mpi/process_group.h"
+#include "trident/core/registry.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/cli_options.h"
+#include "trident/models/cli_predict.h"
+#include "trident/models/progress.h"
+#include "trident/models/state_dict.h"
+#include "trident/models/zoo.h"
+#include "trident/models/trainer.h"
+#include "trident/version.h"
 
 namespace trident {
 namespace {
@@ -322,7 +323,7 @@ int cmd_train(const Args& a, std::ostream& out, std::ostream& err) {
   }
 }
 
-int cmd_eval(const Args& a, std::ostream& out, std::ostream& err) {
+int cmd_eval(const Args& a, std::ostream& out, std::ostream& /*err*/) {
   CliTrainSettings settings = train_settings(a);
   const std::string& checkpoint = settings.checkpoint;
   if (checkpoint.empty()) throw UsageError("eval needs --checkpoint FILE");
@@ -370,6 +371,10 @@ int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
       out << kCliUsage;
       if (a.command == "train" || a.command == "eval" || a.values.count("--model"))
         out << "\n" << describe_recipe(find_model(a.get("--model", "cnn")));
+      return 0;
+    }
+    if (a.command == "--version") {
+      out << "trident " << TRIDENT_VERSION_STRING << " (" << TRIDENT_BUILD_FEATURES << ")\n";
       return 0;
     }
     if (a.command == "predict") return cmd_predict(a, out, err);

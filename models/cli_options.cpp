@@ -1,5 +1,5 @@
 // Option table, typed option readers and the train settings of the `trident` CLI.
-#include "models/cli_options.h"
+#include "trident/models/cli_options.h"
 
 #include <cerrno>
 #include <cfloat>
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/error.h"
-#include "core/json.h"
-#include "models/precision.h"
+#include "trident/core/error.h"
+#include "trident/core/json.h"
+#include "trident/models/precision.h"
 
 namespace trident {
 
@@ -24,6 +24,7 @@ commands:
   export-weights --checkpoint FILE --output W  write the weights alone (PyTorch loads them
                           with load_state_dict(..., strict=True))
   help                    this text (trident train --help --model NAME: that model's defaults)
+  --version               the version and what this build has (backends, NCCL, MPI)
 
 train options (a model's recipe gives the defaults of the training options; see --help):
   --model NAME              mlp, cnn, mlp-big or resnet (cnn)

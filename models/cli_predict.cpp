@@ -1,21 +1,21 @@
 // `trident predict` (images and .npy batches through a Predictor) and `trident export-weights`
 // (a checkpoint's weights alone, as PyTorch loads them), and the model a file holds.
-#include "models/cli_predict.h"
+#include "trident/models/cli_predict.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 
-#include "core/dataset.h"
-#include "core/error.h"
-#include "core/files.h"
-#include "core/image.h"
-#include "core/json.h"
-#include "core/npy.h"
-#include "core/registry.h"
-#include "models/predictor.h"
-#include "models/state_dict.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
+#include "trident/core/image.h"
+#include "trident/core/json.h"
+#include "trident/core/npy.h"
+#include "trident/core/registry.h"
+#include "trident/models/predictor.h"
+#include "trident/models/state_dict.h"
 
 namespace trident {
 namespace {

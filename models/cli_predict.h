@@ -4,10 +4,10 @@
 #include <ostream>
 #include <string>
 
-#include "core/safetensors.h"
-#include "core/tensor.h"
-#include "models/cli_options.h"
-#include "models/zoo.h"
+#include "trident/core/safetensors.h"
+#include "trident/core/tensor.h"
+#include "trident/models/cli_options.h"
+#include "trident/models/zoo.h"
 
 namespace trident {
 

@@ -1,5 +1,5 @@
 // The sync strategies (gradient all-reduce, model averaging) and the persistent replica workers.
-#include "models/data_parallel.h"
+#include "trident/models/data_parallel.h"
 
 namespace trident {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
-#include "models/precision.h"
+#include "trident/core/device.h"
+#include "trident/core/tensor.h"
+#include "trident/models/precision.h"
 
 namespace trident {
 
@@ -93,7 +93,8 @@ class Layer {
   // network, passed down by containers. Activations, input and output gradients are this type.
   virtual void set_compute(const ComputeSpec& spec) { compute_ = spec; }
   const ComputeSpec& compute() const { return compute_; }
-  virtual std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const {
+  virtual std::vector<ScratchSpec> scratch_specs(const Device& /*device*/,
+                                                 const Shape& /*input*/) const {
     return {};
   }
   // Children of a container, with the name each contributes to a parameter's path ("" for a

@@ -1,9 +1,9 @@
 // Layer bodies: each forward/backward is one or a few Device ops on persistent buffers.
-#include "models/layers.h"
+#include "trident/models/layers.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

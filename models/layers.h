@@ -4,7 +4,7 @@
 // infer from its input (input features, channels) are left open and found by Network::build.
 // Options are set by chained calls: Conv2d(64, 3).stride(2).padding(1).bias(false).
 #pragma once
-#include "models/layer.h"
+#include "trident/models/layer.h"
 
 namespace trident {
 

@@ -1,12 +1,12 @@
 // Network: parameter naming and layout, initialisation, the loss head, forward and backward.
-#include "models/network.h"
+#include "trident/models/network.h"
 
 #include <functional>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/philox.h"
-#include "models/layers.h"
+#include "trident/core/error.h"
+#include "trident/core/philox.h"
+#include "trident/models/layers.h"
 
 namespace trident {
 

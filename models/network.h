@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "models/layer.h"
-#include "models/sequential.h"
+#include "trident/core/error.h"
+#include "trident/models/layer.h"
+#include "trident/models/sequential.h"
 
 namespace trident {
 

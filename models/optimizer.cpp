@@ -1,9 +1,9 @@
 // SGD, Adam and AdamW, each one device launch per step (plus one reduction when clipping).
-#include "models/optimizer.h"
+#include "trident/models/optimizer.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

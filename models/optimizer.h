@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "models/network.h"
-#include "models/schedule.h"
+#include "trident/models/network.h"
+#include "trident/models/schedule.h"
 
 namespace trident {
 

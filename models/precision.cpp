@@ -1,7 +1,7 @@
 // Precision names.
-#include "models/precision.h"
+#include "trident/models/precision.h"
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 

@@ -10,7 +10,7 @@
 #pragma once
 #include <string>
 
-#include "core/dtype.h"
+#include "trident/core/dtype.h"
 
 namespace trident {
 

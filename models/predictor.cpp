@@ -1,15 +1,15 @@
 // Predictor: inference-only networks, batches bucketed by size, captured forwards, probabilities.
-#include "models/predictor.h"
+#include "trident/models/predictor.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <numeric>
 
-#include "core/error.h"
-#include "models/state_dict.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
+#include "trident/models/state_dict.h"
 
 namespace trident {
 namespace {
@@ -93,7 +93,7 @@ Predictor::~Predictor() {
   try {
     if (network_.built()) network_.device().synchronize();
   } catch (const std::exception& e) {  // a destructor reports, never throws
-    std::fprintf(stderr, "trident: warning: Predictor: %s\n", e.what());
+    log_warning(std::string("Predictor: ") + e.what());
   }
 }
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dataset.h"
-#include "core/device.h"
-#include "models/network.h"
+#include "trident/core/dataset.h"
+#include "trident/core/device.h"
+#include "trident/models/network.h"
 
 namespace trident {
 

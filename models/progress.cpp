@@ -1,9 +1,9 @@
 // Progress bar and JSON lines for the CLI.
-#include "models/progress.h"
+#include "trident/models/progress.h"
 
 #include <cstdio>
 
-#include "core/json.h"
+#include "trident/core/json.h"
 
 namespace trident {
 

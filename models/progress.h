@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "models/trainer.h"
+#include "trident/models/trainer.h"
 
 namespace trident {
 

@@ -1,7 +1,7 @@
 // What one device holds of a training run, and the data set as it lives on one memory space
 // (private to models/trainer*.cpp and models/checkpoint.cpp).
 #pragma once
-#include "models/trainer.h"
+#include "trident/models/trainer.h"
 
 namespace trident {
 

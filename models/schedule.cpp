@@ -1,9 +1,9 @@
 // Learning-rate schedule tables (see models/schedule.h), with PyTorch's formulas.
-#include "models/schedule.h"
+#include "trident/models/schedule.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident {
 namespace {

@@ -1,10 +1,10 @@
 // Sequential and Residual: shape set-up, fusion, buffers per batch size, forward and backward.
-#include "models/sequential.h"
+#include "trident/models/sequential.h"
 
 #include <set>
 
-#include "core/error.h"
-#include "models/layers.h"
+#include "trident/core/error.h"
+#include "trident/models/layers.h"
 
 namespace trident {
 namespace {

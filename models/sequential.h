@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/layer.h"
+#include "trident/models/layer.h"
 
 namespace trident {
 

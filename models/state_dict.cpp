@@ -1,6 +1,6 @@
 // State dicts: the network's tensors by PyTorch name, out to host tensors and back in with
 // PyTorch's checks (missing / unexpected keys, shapes) and conversions from 16-bit floats.
-#include "models/state_dict.h"
+#include "trident/models/state_dict.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/json.h"
+#include "trident/core/error.h"
+#include "trident/core/json.h"
 
 namespace trident {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "models/network.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/network.h"
 
 namespace trident {
 

@@ -1,19 +1,19 @@
 // The training loop: resident data, per-epoch index tables, one (captured) step per batch,
 // gradient all-reduce or periodic weight averaging across replicas, evaluation.
-#include "models/trainer.h"
+#include "trident/models/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 #include <sstream>
 #include <thread>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/philox.h"
-#include "models/replica.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
+#include "trident/core/philox.h"
+#include "trident/models/replica.h"
 
 namespace trident {
 
@@ -401,7 +401,7 @@ Trainer::~Trainer() {
     try {
       r->device->synchronize();
     } catch (const std::exception& e) {  // a destructor reports, never throws
-      std::fprintf(stderr, "trident: warning: %s: %s\n", r->device->info().id().c_str(), e.what());
+      log_warning(r->device->info().id() + ": " + e.what());
     }
   }
   collective_.reset();

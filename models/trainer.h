@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "core/collective.h"
-#include "core/dataset.h"
-#include "models/network.h"
-#include "models/optimizer.h"
-#include "models/data_parallel.h"
-#include "models/schedule.h"
+#include "trident/core/collective.h"
+#include "trident/core/dataset.h"
+#include "trident/models/network.h"
+#include "trident/models/optimizer.h"
+#include "trident/models/data_parallel.h"
+#include "trident/models/schedule.h"
 
 namespace trident {
 

@@ -1,10 +1,10 @@
 // The built-in models and their recipes (see models/zoo.h), with PyTorch's layer names so that
 // their weights load there as state dicts.
-#include "models/zoo.h"
+#include "trident/models/zoo.h"
 
-#include "core/error.h"
-#include "models/layers.h"
-#include "models/sequential.h"
+#include "trident/core/error.h"
+#include "trident/models/layers.h"
+#include "trident/models/sequential.h"
 
 namespace trident {
 

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "models/network.h"
-#include "models/optimizer.h"
-#include "models/schedule.h"
-#include "models/sequential.h"
+#include "trident/models/network.h"
+#include "trident/models/optimizer.h"
+#include "trident/models/schedule.h"
+#include "trident/models/sequential.h"
 
 namespace trident {
 

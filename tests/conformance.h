@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "core/default_ops.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/tensor.h"
+#include "trident/core/default_ops.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
 
 namespace trident::testing {
 

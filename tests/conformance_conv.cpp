@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 #include "tests/conformance.h"
 
 using namespace trident;

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 #include "tests/conformance.h"
 #include "tests/gemm_check.h"
 

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/registry.h"
-#include "models/trainer.h"
-#include "models/zoo.h"
+#include "trident/core/registry.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
 #include "tests/conformance.h"
 #include "tests/test_data.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_device.h"
-#include "core/collective.h"
+#include "trident/backends/cpu/cpu_device.h"
+#include "trident/core/collective.h"
 
 namespace trident::testing {
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
-#include "kernels/reference/reference_ops.h"
+#include "trident/core/error.h"
+#include "trident/kernels/reference/reference_ops.h"
 
 namespace trident::testing {
 namespace {

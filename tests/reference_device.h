@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident::testing {
 

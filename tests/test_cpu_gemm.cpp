@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/gemm.h"
 
 namespace {
 

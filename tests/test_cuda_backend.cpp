@@ -4,7 +4,7 @@
 // misaligned operands, deterministic grid reductions, and a convolution split into chunks.
 #include <catch2/catch.hpp>
 
-#include "core/allocator.h"
+#include "trident/core/allocator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "core/default_ops.h"
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/tensor.h"
+#include "trident/core/default_ops.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
 
 using namespace trident;
 using Catch::Matchers::Contains;

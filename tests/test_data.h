@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <random>
 
-#include "core/dataset.h"
-#include "core/idx.h"
+#include "trident/core/dataset.h"
+#include "trident/core/idx.h"
 
 namespace trident::testing {
 

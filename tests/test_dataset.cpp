@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/byte_source.h"
-#include "core/dataset.h"
-#include "core/error.h"
-#include "core/idx.h"
-#include "core/npy.h"
+#include "trident/core/byte_source.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
+#include "trident/core/npy.h"
 #include "tests/test_files.h"
 
 using namespace trident;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "models/cli.h"
+#include "trident/models/cli.h"
 
 extern char** environ;
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/idx.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
 
 namespace fs = std::filesystem;
 using trident::FormatError;

@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "backends/cpu/cpu_device.h"
-#include "core/error.h"
-#include "core/job.h"
-#include "core/registry.h"
+#include "trident/backends/cpu/cpu_device.h"
+#include "trident/core/error.h"
+#include "trident/core/job.h"
+#include "trident/core/registry.h"
 
 using namespace trident;
 

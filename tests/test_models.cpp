@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <set>
 
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/safetensors.h"
-#include "models/layers.h"
-#include "models/state_dict.h"
-#include "models/trainer.h"
-#include "models/zoo.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/layers.h"
+#include "trident/models/state_dict.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
 #include "tests/conformance.h"
 #include "tests/reference_device.h"
 #include "tests/test_data.h"

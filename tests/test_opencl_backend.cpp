@@ -6,7 +6,7 @@
 // backend's internals (TRIDENT_HAVE_OPENCL); the rest works through the Device interface.
 #include <catch2/catch.hpp>
 
-#include "core/allocator.h"
+#include "trident/core/allocator.h"
 
 #include <array>
 
@@ -21,16 +21,17 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/error.h"
-#include "core/registry.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/tensor.h"
 
 #ifdef TRIDENT_HAVE_OPENCL
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120  // the library's own setting (cmake/TridentOpenCL.cmake)
 #endif
-#include "backends/opencl/cl_errors.h"
-#include "backends/opencl/program_cache.h"
+#include "trident/backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/program_cache.h"
 #endif
 
 using namespace trident;
@@ -399,7 +400,7 @@ TEST_CASE("opencl: a kernel that fails to build shows the build log", "[opencl][
 // made, so these tests set the variables and then make fresh devices through the backend's
 // discovery (compiled programs come from the on-disk cache after the first).
 #ifdef TRIDENT_HAVE_OPENCL
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 #include "tests/gemm_check.h"
 
 namespace trident {

@@ -10,17 +10,17 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/dataset.h"
-#include "core/error.h"
-#include "core/idx.h"
-#include "core/image.h"
-#include "core/json.h"
-#include "core/npy.h"
-#include "core/registry.h"
-#include "core/safetensors.h"
-#include "models/predictor.h"
-#include "models/state_dict.h"
-#include "models/zoo.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
+#include "trident/core/image.h"
+#include "trident/core/json.h"
+#include "trident/core/npy.h"
+#include "trident/core/registry.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/predictor.h"
+#include "trident/models/state_dict.h"
+#include "trident/models/zoo.h"
 #include "tests/test_data.h"
 #include "tests/test_files.h"
 

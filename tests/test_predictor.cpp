@@ -8,14 +8,14 @@
 #include <functional>
 #include <random>
 
-#include "backends/cpu/cpu_device.h"
-#include "core/allocator.h"
-#include "core/error.h"
-#include "core/registry.h"
-#include "models/predictor.h"
-#include "models/state_dict.h"
-#include "models/trainer.h"
-#include "models/zoo.h"
+#include "trident/backends/cpu/cpu_device.h"
+#include "trident/core/allocator.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/models/predictor.h"
+#include "trident/models/state_dict.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
 #include "tests/conformance.h"
 #include "tests/test_data.h"
 #include "tests/test_files.h"

@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "core/philox.h"
-#include "kernels/reference/reference_ops.h"
+#include "trident/core/philox.h"
+#include "trident/kernels/reference/reference_ops.h"
 
 using namespace trident;
 namespace ref = trident::reference;

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/registry.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
 #include "tests/reference_device.h"
 
 using namespace trident;

@@ -13,13 +13,13 @@
 #include <future>
 #include <limits>
 
-#include "core/error.h"
-#include "core/idx.h"
-#include "core/json.h"
-#include "core/registry.h"
-#include "core/safetensors.h"
-#include "models/trainer.h"
-#include "models/zoo.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
+#include "trident/core/json.h"
+#include "trident/core/registry.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
 #include "tests/test_files.h"
 
 namespace trident {

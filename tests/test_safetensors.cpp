@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/json.h"
-#include "core/safetensors.h"
+#include "trident/core/error.h"
+#include "trident/core/json.h"
+#include "trident/core/safetensors.h"
 
 #ifndef _WIN32
 #include <csignal>

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include "trident/core/allocator.h"
+#include "trident/core/error.h"
+#include "trident/core/tensor.h"
 #include "tests/conformance.h"
 
 using namespace trident;

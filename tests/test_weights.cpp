@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <random>
 
-#include "core/error.h"
-#include "core/registry.h"
-#include "core/safetensors.h"
-#include "models/state_dict.h"
-#include "models/trainer.h"
-#include "models/zoo.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
+#include "trident/core/safetensors.h"
+#include "trident/models/state_dict.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
 #include "tests/test_data.h"
 #include "tests/test_files.h"
 

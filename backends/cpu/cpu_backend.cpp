@@ -4,10 +4,10 @@
 #include <fstream>
 #include <memory>
 
-#include "backends/cpu/cpu_device.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/registry.h"
+#include "trident/backends/cpu/cpu_device.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/registry.h"
 
 namespace trident {
 namespace {

@@ -1,5 +1,5 @@
 // CpuDevice: host allocations and the op table, each op forwarded to kernels/cpu inside the arena.
-#include "backends/cpu/cpu_device.h"
+#include "trident/backends/cpu/cpu_device.h"
 
 #include <unistd.h>
 
@@ -8,18 +8,18 @@
 
 #include <oneapi/tbb/version.h>
 
-#include "core/error.h"
-#include "kernels/cpu/batchnorm.h"
-#include "kernels/cpu/channel.h"
-#include "kernels/cpu/conv2d.h"
-#include "kernels/cpu/im2col.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gather.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/convert.h"
-#include "kernels/cpu/optimizers.h"
-#include "kernels/cpu/pool2d.h"
-#include "kernels/cpu/softmax_nll.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cpu/batchnorm.h"
+#include "trident/kernels/cpu/channel.h"
+#include "trident/kernels/cpu/conv2d.h"
+#include "trident/kernels/cpu/im2col.h"
+#include "trident/kernels/cpu/elementwise.h"
+#include "trident/kernels/cpu/gather.h"
+#include "trident/kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/convert.h"
+#include "trident/kernels/cpu/optimizers.h"
+#include "trident/kernels/cpu/pool2d.h"
+#include "trident/kernels/cpu/softmax_nll.h"
 
 namespace trident {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "trident/core/device.h"
 
 namespace trident {
 

@@ -1,11 +1,11 @@
 // CublasGemm: cuBLAS / cuBLASLt handles, the persistent workspace and the cuBLASLt plan cache.
-#include "backends/cuda/cublas_gemm.h"
+#include "trident/backends/cuda/cublas_gemm.h"
 
 #include <climits>
 #include <string>
 
-#include "backends/cuda/cuda_check.h"
-#include "core/error.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/core/error.h"
 
 namespace trident::cuda {
 namespace {

@@ -1,13 +1,13 @@
 // The CUDA backend: finds the GPUs at run time and makes one CudaDevice for each; a machine with
 // no driver or no GPU reports why and has no CUDA devices (never an error by itself).
 #include <cstdint>
-#include <cstdio>
 
-#include "backends/cuda/cuda_check.h"
-#include "backends/cuda/cuda_device.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/registry.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
+#include "trident/core/registry.h"
 
 namespace trident {
 namespace cuda {
@@ -15,6 +15,19 @@ namespace {
 
 std::string version_text(int version) {  // 12080 -> "12.8"
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+// Said beside every CUDA device (and in the reason for none) when this build has no NCCL, since
+// several GPUs then sum gradients through host memory, much slower than NCCL.
+#ifdef TRIDENT_HAVE_NCCL
+constexpr const char* kNcclNote = "";
+#else
+constexpr const char* kNcclNote = "built without NCCL (several GPUs sum through host memory)";
+#endif
+
+std::string with_nccl_note(std::string text) {
+  if (*kNcclNote) text += (text.empty() ? "" : "; ") + std::string(kNcclNote);
+  return text;
 }
 
 std::string why_no_devices(cudaError_t status) {
@@ -50,11 +63,11 @@ class CudaBackend final : public Backend {
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
       (void)cudaGetLastError();
-      why_none = why_no_devices(status);
+      why_none = with_nccl_note(why_no_devices(status));
       return devices;
     }
     if (count == 0) {
-      why_none = "no CUDA GPU found";
+      why_none = with_nccl_note("no CUDA GPU found");
       return devices;
     }
     int driver = 0, runtime = 0;
@@ -79,9 +92,10 @@ class CudaBackend final : public Backend {
         info.type = "gpu";
         info.driver = "CUDA driver " + version_text(driver) + ", runtime " + version_text(runtime);
         // "tf32" appears only when it is on: the conformance suite keys its tolerance on it.
-        info.detail = "compute capability " + std::to_string(prop.major) + "." +
-                      std::to_string(prop.minor) +
-                      (tf32 ? ", TF32 tensor-core GEMM (TRIDENT_CUDA_TF32=1)" : "");
+        const std::string capability = "compute capability " + std::to_string(prop.major) + "." +
+                                       std::to_string(prop.minor);
+        info.detail = with_nccl_note(
+            capability + (tf32 ? ", TF32 tensor-core GEMM (TRIDENT_CUDA_TF32=1)" : ""));
         info.memory_bytes = prop.totalGlobalMem;
         info.compute_units = prop.multiProcessorCount;
         // No element limit: every kernel indexes in int64 wherever an op may pass 2^31
@@ -95,10 +109,9 @@ class CudaBackend final : public Backend {
       }
     }
     if (devices.empty()) {
-      why_none = failures;
+      why_none = with_nccl_note(failures);
     } else if (!failures.empty()) {
-      std::fprintf(stderr, "trident: some CUDA GPUs are unusable and left out: %s\n",
-                   failures.c_str());
+      log_warning("some CUDA GPUs are unusable and left out: " + failures);
     }
     return devices;
   }

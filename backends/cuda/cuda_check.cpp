@@ -1,7 +1,7 @@
 // Error text for CUDA, cuBLAS and NCCL status codes, and the throwers behind TRIDENT_CUDA_CHECK.
-#include "backends/cuda/cuda_check.h"
+#include "trident/backends/cuda/cuda_check.h"
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident::cuda {
 namespace {
@@ -33,10 +33,12 @@ std::string describe_status(cublasStatus_t status) {
   return std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status);
 }
 
+#ifdef TRIDENT_HAVE_NCCL
 std::string describe_status(ncclResult_t status) {
   return "ncclResult " + std::to_string(static_cast<int>(status)) + ": " +
          ncclGetErrorString(status);
 }
+#endif
 
 void memory_info(size_t& free_bytes, size_t& total_bytes) noexcept {
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
@@ -60,9 +62,11 @@ void throw_failure(const char* call, cublasStatus_t status, const char* file, in
   throw BackendError(what);
 }
 
+#ifdef TRIDENT_HAVE_NCCL
 void throw_failure(const char* call, ncclResult_t status, const char* file, int line,
                    int device) {
   throw BackendError(location(call, describe_status(status), file, line, device));
 }
+#endif
 
 }  // namespace trident::cuda

@@ -1,13 +1,12 @@
 // CudaDevice's plumbing: stream, GEMM policy and reduction scratch, memory, copies, fills,
 // synchronisation, and the capture of a whole step into a CUDA graph.
-#include "backends/cuda/cuda_device.h"
+#include "trident/backends/cuda/cuda_device.h"
 
-#include <cstdio>
-
-#include "backends/cuda/cublas_gemm.h"
-#include "backends/cuda/cuda_check.h"
-#include "core/error.h"
-#include "kernels/cuda/elementwise.h"
+#include "trident/backends/cuda/cublas_gemm.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
+#include "trident/kernels/cuda/elementwise.h"
 
 namespace trident::cuda {
 namespace {
@@ -125,8 +124,9 @@ void CudaDevice::do_free(void* handle) noexcept {
   if (status == cudaSuccess) status = freed;
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    std::fprintf(stderr, "trident: cuda:%d: freeing device memory failed: %s\n", ordinal_,
-                 describe_status(status).c_str());
+    log_message(LogLevel::error,
+                "cuda:" + std::to_string(ordinal_) +
+                    ": freeing device memory failed: " + describe_status(status));
   }
 }
 
@@ -204,8 +204,8 @@ std::unique_ptr<CapturedWork> CudaDevice::do_capture(const std::function<void()>
   if (!failure.empty()) {
     (void)cudaGetLastError();
     // The caller runs the step eagerly instead; say why once, since it costs speed.
-    std::fprintf(stderr, "trident: %s: the step could not be captured as a CUDA graph (%s); "
-                 "running it without a graph\n", info_.id().c_str(), failure.c_str());
+    log_warning(info_.id() + ": the step could not be captured as a CUDA graph (" + failure +
+                "); running it without a graph");
     return nullptr;
   }
   auto work = std::make_unique<CudaGraphWork>(*this, exec);

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "core/device.h"
-#include "kernels/cuda/kernel_context.h"
+#include "trident/core/device.h"
+#include "trident/kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 

@@ -1,21 +1,21 @@
 // The NCCL all-reduce for CUDA devices: one communicator per device, the sum queued in place on
 // each device's own stream, so it orders after backward and before the update with no host wait.
 // A watchdog bounds every wait for the other ranks; error paths abort the communicators.
-#include "backends/cuda/nccl_collective.h"
+#include "trident/backends/cuda/nccl_collective.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdio>
 #include <atomic>
 #include <cstring>
 #include <functional>
 #include <mutex>
 
-#include "backends/cuda/cuda_check.h"
-#include "backends/cuda/cuda_device.h"
-#include "backends/cuda/nccl_watchdog.h"
-#include "core/error.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/backends/cuda/nccl_watchdog.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident {
 namespace {
@@ -46,8 +46,7 @@ class CurrentDeviceGuard {
   CurrentDeviceGuard() { saved_ok_ = cudaGetDevice(&saved_) == cudaSuccess; }
   ~CurrentDeviceGuard() {
     if (saved_ok_ && cudaSetDevice(saved_) != cudaSuccess)
-      std::fprintf(stderr, "trident: warning: could not restore CUDA device %d after NCCL init\n",
-                   saved_);
+      log_warning("could not restore CUDA device " + std::to_string(saved_) + " after NCCL init");
   }
 
  private:
@@ -61,8 +60,7 @@ void abort_communicators(std::vector<ncclComm_t>& comms) {
     if (comm) {
       const ncclResult_t result = ncclCommAbort(comm);
       if (result != ncclSuccess)
-        std::fprintf(stderr, "trident: warning: ncclCommAbort failed: %s\n",
-                     ncclGetErrorString(result));
+        log_warning(std::string("ncclCommAbort failed: ") + ncclGetErrorString(result));
       comm = nullptr;
     }
 }
@@ -90,8 +88,8 @@ class NcclCollective : public Collective {
     // destructor cannot throw: failures are reported.
     auto report = [&](const char* call, ncclResult_t result) {
       if (result != ncclSuccess)
-        std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
-                     ncclGetErrorString(result));
+        log_warning(std::string(call) + " failed on " + names_ + ": " +
+                    ncclGetErrorString(result));
     };
     {
       std::lock_guard<std::mutex> lock(nccl_mutex_);
@@ -109,8 +107,8 @@ class NcclCollective : public Collective {
       for (ncclComm_t comm : comms_) report("ncclCommDestroy", ncclCommDestroy(comm));
     auto report_cuda = [&](const char* call, cudaError_t result) {
       if (result != cudaSuccess)
-        std::fprintf(stderr, "trident: warning: %s failed on %s: %s\n", call, names_.c_str(),
-                     cudaGetErrorString(result));
+        log_warning(std::string(call) + " failed on " + names_ + ": " +
+                    cudaGetErrorString(result));
     };
     for (size_t i = 0; i < side_.size(); ++i) {  // released once idle; these calls do not wait
       report_cuda("cudaSetDevice", cudaSetDevice(devices_[i]->ordinal()));

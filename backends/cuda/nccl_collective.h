@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/collective.h"
+#include "trident/core/collective.h"
 
 namespace trident {
 

@@ -1,11 +1,11 @@
 // The NCCL watchdog's thread: every 100 ms, the communicators' asynchronous errors, the oldest
 // marker's events, and the time spent in a host call into NCCL, against the timeout.
-#include "backends/cuda/nccl_watchdog.h"
+#include "trident/backends/cuda/nccl_watchdog.h"
 
 #include <cstdio>
 
-#include "backends/cuda/cuda_check.h"
-#include "core/collective.h"
+#include "trident/backends/cuda/cuda_check.h"
+#include "trident/core/collective.h"
 
 namespace trident {
 

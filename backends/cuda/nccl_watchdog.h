@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cuda/cuda_device.h"
+#include "trident/backends/cuda/cuda_device.h"
 
 namespace trident {
 

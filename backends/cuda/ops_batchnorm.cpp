@@ -1,6 +1,6 @@
 // CudaDevice's batch-normalisation slots (kernels/cuda/batchnorm.cu).
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/batchnorm.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/batchnorm.h"
 
 namespace trident::cuda {
 

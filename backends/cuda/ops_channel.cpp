@@ -1,6 +1,6 @@
 // CudaDevice's per-channel slots: the affine map and the channel sums (kernels/cuda/channel.cu).
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/channel.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/channel.h"
 
 namespace trident::cuda {
 

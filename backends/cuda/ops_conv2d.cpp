@@ -14,11 +14,11 @@
 // W^T dy_n directly, db comes from channel_sums, and the workspace holds only dw_part.
 #include <algorithm>
 
-#include "backends/cuda/cublas_gemm.h"
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/channel.h"
-#include "kernels/cuda/conv2d.h"
-#include "kernels/cuda/im2col.h"
+#include "trident/backends/cuda/cublas_gemm.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/channel.h"
+#include "trident/kernels/cuda/conv2d.h"
+#include "trident/kernels/cuda/im2col.h"
 
 namespace trident::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // CudaDevice's elementwise slots: axpby, the unary family and dropout, one kernel launch each
 // (kernels/cuda/elementwise.cu).
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/elementwise.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/elementwise.h"
 
 namespace trident::cuda {
 

@@ -1,7 +1,7 @@
 // CudaDevice's data slots: batch gathers driven by the on-device step state, and its counter
 // (kernels/cuda/gather.cu). Bad table entries are met on the device: the error flag.
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/gather.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/gather.h"
 
 namespace trident::cuda {
 

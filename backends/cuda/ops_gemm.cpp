@@ -1,9 +1,9 @@
 // CudaDevice's GEMM slots: plain products through cuBLAS; fused epilogues through cuBLASLt where
 // it can (per-column bias and/or ReLU), else cuBLAS then one epilogue pass (per-row bias, and the
 // other activations: cuBLASLt's GELU epilogue is the tanh approximation, not PyTorch's exact GELU).
-#include "backends/cuda/cublas_gemm.h"
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/elementwise.h"
+#include "trident/backends/cuda/cublas_gemm.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/elementwise.h"
 
 namespace trident::cuda {
 namespace {

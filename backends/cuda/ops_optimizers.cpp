@@ -1,7 +1,7 @@
 // CudaDevice's optimizer slots: one launch over the flat parameter buffer, UpdateControl passed
 // as device pointers and read by the kernel (kernels/cuda/optimizers.cu).
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/optimizers.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/optimizers.h"
 
 namespace trident::cuda {
 namespace {

@@ -1,6 +1,6 @@
 // CudaDevice's pooling slots (kernels/cuda/pool2d.cu).
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/pool2d.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/pool2d.h"
 
 namespace trident::cuda {
 

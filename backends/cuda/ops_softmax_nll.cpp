@@ -1,7 +1,7 @@
 // CudaDevice's classification-head and loss slots (kernels/cuda/softmax_nll.cu); the ops that
 // read labels get the error flag, raised for a label outside [0, classes).
-#include "backends/cuda/cuda_device.h"
-#include "kernels/cuda/softmax_nll.h"
+#include "trident/backends/cuda/cuda_device.h"
+#include "trident/kernels/cuda/softmax_nll.h"
 
 namespace trident::cuda {
 

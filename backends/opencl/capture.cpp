@@ -5,10 +5,9 @@
 //
 // A step that transfers to or from the host, synchronizes, allocates or frees cannot be
 // recorded: capture() then returns nullptr (nothing of the step ran) and callers run it directly.
-#include <cstdio>
-
-#include "backends/opencl/cl_queue.h"
-#include "core/error.h"
+#include "trident/backends/opencl/cl_queue.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident::opencl {
 
@@ -90,8 +89,8 @@ std::unique_ptr<CapturedWork> ClQueue::capture(const std::function<void()>& step
   }
   std::unique_ptr<CaptureRecording> recording = std::move(recording_);
   if (!recording->failure.empty()) {
-    std::fprintf(stderr, "trident: %s: the step could not be captured (it makes %s); running it "
-                 "directly each time.\n", label_.c_str(), recording->failure.c_str());
+    log_warning(label_ + ": the step could not be captured (it makes " + recording->failure +
+                "); running it directly each time.");
     return nullptr;
   }
   return std::make_unique<OpenClCapturedWork>(*this, std::move(recording));

@@ -1,9 +1,9 @@
 // The OpenCL error-name table (core 1.0-3.0 codes plus the common extension ones) and CLBlast's.
-#include "backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/cl_errors.h"
 
 #include <string>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -1,11 +1,11 @@
 // ClQueue's memory, transfers, programs and enqueues (capture.cpp holds the recording side).
-#include "backends/opencl/cl_queue.h"
+#include "trident/backends/opencl/cl_queue.h"
 
 #include <cstring>
 
-#include "backends/opencl/cl_info.h"
-#include "backends/opencl/program_cache.h"
-#include "core/error.h"
+#include "trident/backends/opencl/cl_info.h"
+#include "trident/backends/opencl/program_cache.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace {

@@ -11,10 +11,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/opencl/cl_errors.h"
-#include "backends/opencl/kernel_source.h"
-#include "backends/opencl/profiler.h"
-#include "core/device.h"
+#include "trident/backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/kernel_source.h"
+#include "trident/backends/opencl/profiler.h"
+#include "trident/core/device.h"
 
 namespace trident::opencl {
 

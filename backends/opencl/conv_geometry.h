@@ -3,7 +3,7 @@
 #pragma once
 #include <CL/cl.h>
 
-#include "core/op_types.h"
+#include "trident/core/op_types.h"
 
 namespace trident::opencl {
 

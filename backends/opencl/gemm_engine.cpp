@@ -1,13 +1,13 @@
 // GemmEngine's policy and dispatch: split-K, the own kernel or CLBlast, and the epilogue.
-#include "backends/opencl/gemm_engine.h"
+#include "trident/backends/opencl/gemm_engine.h"
 
 #include <clblast.h>
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace {

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <tuple>
 
-#include "backends/opencl/cl_queue.h"
-#include "core/device.h"
+#include "trident/backends/opencl/cl_queue.h"
+#include "trident/core/device.h"
 
 namespace trident::opencl {
 

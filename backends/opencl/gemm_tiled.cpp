@@ -5,8 +5,8 @@
 #include <climits>
 #include <string>
 
-#include "backends/opencl/gemm_engine.h"
-#include "core/error.h"
+#include "trident/backends/opencl/gemm_engine.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace {

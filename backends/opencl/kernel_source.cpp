@@ -1,12 +1,12 @@
 // The main OpenCL program's source: the shared codes as #defines, then the kernel files in order.
-#include "backends/opencl/kernel_source.h"
+#include "trident/backends/opencl/kernel_source.h"
 
 #include <fstream>
 #include <sstream>
 
-#include "core/device.h"
-#include "core/error.h"
-#include "core/op_types.h"
+#include "trident/core/device.h"
+#include "trident/core/error.h"
+#include "trident/core/op_types.h"
 
 namespace trident::opencl {
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/opencl/cl_errors.h"
-#include "backends/opencl/cl_info.h"
-#include "backends/opencl/opencl_device.h"
-#include "core/registry.h"
+#include "trident/backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/cl_info.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/registry.h"
 
 namespace trident {
 namespace {

@@ -1,10 +1,10 @@
 // OpenClDevice's memory, copies, ordering and capture slots, handed to its ClQueue.
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 #include <cstring>
 #include <limits>
 
-#include "core/error.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 namespace {

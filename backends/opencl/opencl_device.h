@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "backends/opencl/cl_queue.h"
-#include "backends/opencl/gemm_engine.h"
-#include "core/device.h"
+#include "trident/backends/opencl/cl_queue.h"
+#include "trident/backends/opencl/gemm_engine.h"
+#include "trident/core/device.h"
 
 namespace trident::opencl {
 

@@ -1,7 +1,7 @@
 // The batch-norm slots (kernels/opencl/batchnorm.cl): with one piece per channel (many channels)
 // a work-group per channel does a whole pass in one launch; with several (few channels, long
 // runs) partial statistics, a finish per channel and an elementwise pass.
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 

@@ -3,7 +3,7 @@
 // many short channels do.
 #include <algorithm>
 
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 namespace {

@@ -17,8 +17,8 @@
 // strided batched GEMM, and the slices are summed by conv_grad_sum.
 #include <algorithm>
 
-#include "backends/opencl/conv_geometry.h"
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/conv_geometry.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 namespace {

@@ -2,7 +2,7 @@
 // work-item per element.
 #include <algorithm>
 
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 

@@ -2,8 +2,8 @@
 // from step_state so that a captured step replays with the next batch, and the step counter.
 #include <string>
 
-#include "backends/opencl/opencl_device.h"
-#include "core/error.h"
+#include "trident/backends/opencl/opencl_device.h"
+#include "trident/core/error.h"
 
 namespace trident::opencl {
 

@@ -1,6 +1,6 @@
 // The GEMM slots: a checked GemmArgs becomes one GemmEngine call (its epilogue fused where the
 // engine can: bias and ReLU in the own kernel or the split-K sum, any activation after CLBlast).
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 namespace {

@@ -1,7 +1,7 @@
 // The patch-matrix slots (kernels/opencl/im2col.cl) for one sample: the batch kernels with batch
 // 1 and no ones row produce exactly Device::im2col's [C*KH*KW, OH*OW] layout.
-#include "backends/opencl/conv_geometry.h"
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/conv_geometry.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 

@@ -1,6 +1,6 @@
 // The optimizer slots (kernels/opencl/optimizers.cl): one launch over the whole flat parameter
 // buffer, the schedule row, the clip coefficient and Adam's step read on the device.
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 

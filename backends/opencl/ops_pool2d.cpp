@@ -1,6 +1,6 @@
 // The pooling slots (kernels/opencl/pool2d.cl): max pooling with its argmax and fused ReLU, and
 // average pooling with a work-group per plane for global average pooling.
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 namespace {

@@ -1,7 +1,7 @@
 // The classification-head slots (kernels/opencl/softmax_nll.cl): log-softmax, NLL with label
 // smoothing, the fused head in one launch, MSE and the accuracy count. Labels outside
 // [0, classes) raise the device's error flag.
-#include "backends/opencl/opencl_device.h"
+#include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
 

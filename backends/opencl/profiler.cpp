@@ -1,5 +1,5 @@
 // KernelProfile (see profiler.h).
-#include "backends/opencl/profiler.h"
+#include "trident/backends/opencl/profiler.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,7 +8,8 @@
 #include <mutex>
 #include <set>
 
-#include "core/env.h"
+#include "trident/core/env.h"
+#include "trident/core/log.h"
 
 namespace trident::opencl {
 
@@ -23,9 +24,12 @@ std::set<KernelProfile*>& live_profiles() {
   static auto* live = new std::set<KernelProfile*>();
   return *live;
 }
+void print_report(const std::string& report) {
+  if (!report.empty()) log_info(report.substr(0, report.size() - 1));  // without its last '\n'
+}
 void print_live_profiles() {
   std::lock_guard<std::mutex> lock(live_mutex);
-  for (KernelProfile* profile : live_profiles()) std::fputs(profile->report().c_str(), stderr);
+  for (KernelProfile* profile : live_profiles()) print_report(profile->report());
   live_profiles().clear();
 }
 }  // namespace
@@ -42,7 +46,7 @@ bool opencl_profiling_requested() { return env_flag("TRIDENT_OPENCL_PROFILE", fa
 KernelProfile::~KernelProfile() {
   for (auto& entry : pending_) clReleaseEvent(entry.second);
   std::lock_guard<std::mutex> lock(live_mutex);
-  if (live_profiles().erase(this)) std::fputs(report().c_str(), stderr);
+  if (live_profiles().erase(this)) print_report(report());
 }
 
 void KernelProfile::add(const char* name, cl_event event) {
@@ -82,7 +86,7 @@ std::string KernelProfile::report() const {
   std::vector<std::pair<std::string, Totals>> rows(totals_.begin(), totals_.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
-  std::string out = "trident: OpenCL profile of " + label_ + "\n";
+  std::string out = "OpenCL profile of " + label_ + "\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-28s %10s %12s %10s %6s\n", "command", "launches",
                 "total ms", "mean us", "share");

@@ -1,6 +1,6 @@
 // KernelProfile: where an OpenCL step's time goes, from the queue's event timestamps.
 // TRIDENT_OPENCL_PROFILE=1 turns it on (the queue is then created with profiling enabled, every
-// kernel, fill and copy keeps an event); the table goes to stderr when the device is destroyed
+// kernel, fill and copy keeps an event); the table goes to the log (core/log.h) when the device is destroyed
 // or, for devices that live until the process ends (the registry's), at exit:
 // per kernel name the launches and GPU time, and how much of the time between the first start
 // and the last end of each synchronized window the GPU spent idle between commands (launch gaps).

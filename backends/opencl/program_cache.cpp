@@ -1,5 +1,5 @@
 // The on-disk program binary cache (see program_cache.h for the rules it keeps).
-#include "backends/opencl/program_cache.h"
+#include "trident/backends/opencl/program_cache.h"
 
 #include <unistd.h>
 
@@ -12,10 +12,11 @@
 #include <mutex>
 #include <set>
 
-#include "backends/opencl/cl_errors.h"
-#include "backends/opencl/cl_info.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "trident/backends/opencl/cl_errors.h"
+#include "trident/backends/opencl/cl_info.h"
+#include "trident/core/env.h"
+#include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident::opencl {
 namespace fs = std::filesystem;
@@ -41,9 +42,9 @@ void warn_once(const std::string& dir, const std::string& why) {
   static std::set<std::string> warned;
   std::lock_guard<std::mutex> lock(mutex);
   if (!warned.insert(dir).second) return;
-  std::fprintf(stderr, "trident: warning: OpenCL program cache disabled for %s (%s); kernels "
-               "will be compiled at every start. Set TRIDENT_OPENCL_CACHE to a writable "
-               "directory.\n", dir.c_str(), why.c_str());
+  log_warning("OpenCL program cache disabled for " + dir + " (" + why +
+              "); kernels will be compiled at every start. Set TRIDENT_OPENCL_CACHE to a "
+              "writable directory.");
 }
 
 struct Key { uint64_t hi, lo; };

@@ -6,7 +6,7 @@
 // source). An entry is a small header (magic, key, payload size and checksum) plus the driver's
 // binary; one that fails its checksum, or that the driver will not load or build, is deleted and
 // rebuilt from source. Writes go to a temporary file renamed into place, so readers never see a
-// half-written entry. An unusable directory means no cache, with one warning on stderr.
+// half-written entry. An unusable directory means no cache, with one warning in the log (core/log.h).
 #pragma once
 #include <CL/cl.h>
 

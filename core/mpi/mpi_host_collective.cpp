@@ -3,7 +3,7 @@
 // TRIDENT_COLLECTIVE_TIMEOUT_S), and the total goes back to every local device.
 #include <algorithm>
 
-#include "core/mpi/mpi_internal.h"
+#include "trident/core/mpi/mpi_internal.h"
 
 namespace trident::mpi {
 namespace {

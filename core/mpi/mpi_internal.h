@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/mpi/process_group.h"
+#include "trident/core/mpi/process_group.h"
 
 namespace trident::mpi {
 

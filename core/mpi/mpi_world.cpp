@@ -8,8 +8,8 @@
 #include <ostream>
 #include <thread>
 
-#include "core/env.h"
-#include "core/mpi/mpi_internal.h"
+#include "trident/core/env.h"
+#include "trident/core/mpi/mpi_internal.h"
 
 namespace trident::mpi {
 

@@ -5,8 +5,8 @@
 #include <iosfwd>
 #include <string>
 
-#include "core/error.h"
-#include "core/job.h"
+#include "trident/core/error.h"
+#include "trident/core/job.h"
 
 namespace trident {
 

@@ -1,10 +1,10 @@
 // CPU batch normalisation: one task per channel (the statistics of a channel are a strided walk
 // over its outer * inner values), sums in double.
-#include "kernels/cpu/batchnorm.h"
+#include "trident/kernels/cpu/batchnorm.h"
 
 #include <cmath>
 
-#include "kernels/cpu/parallel.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

@@ -1,12 +1,12 @@
 // CPU channel ops: the affine map split over rows of `inner` elements; the sums split over
 // channels when they are many, else over the outer dimension with per-piece partials.
-#include "kernels/cpu/channel.h"
+#include "trident/kernels/cpu/channel.h"
 
 #include <tbb/task_arena.h>
 
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

@@ -6,13 +6,13 @@
 //           that the GEMM reads both operands in place without packing)
 //           dcol[CKK, P] = w^T * dy_n, dx_n = col2im(dcol)
 //           db[OC] = sum over n and P of dy, in double
-#include "kernels/cpu/conv2d.h"
+#include "trident/kernels/cpu/conv2d.h"
 
 #include <cstring>
 
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/im2col.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/im2col.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstddef>
 
-#include "core/op_types.h"
+#include "trident/core/op_types.h"
 
 namespace trident::cpu {
 

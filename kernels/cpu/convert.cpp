@@ -1,11 +1,11 @@
 // CPU dtype conversion: the scalar formulas of core/half.h (bit-identical to every backend's),
 // with F16C for float16 where available; split over the arena when large.
-#include "kernels/cpu/convert.h"
+#include "trident/kernels/cpu/convert.h"
 
 #include <cstring>
 
-#include "core/half.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/core/half.h"
+#include "trident/kernels/cpu/parallel.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

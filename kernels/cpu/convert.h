@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "trident/core/dtype.h"
 
 namespace trident::cpu {
 

@@ -1,11 +1,11 @@
 // CPU elementwise ops: plain loops the compiler vectorises, split over the arena when large.
-#include "kernels/cpu/elementwise.h"
+#include "trident/kernels/cpu/elementwise.h"
 
 #include <cstring>
 
-#include "core/philox.h"
-#include "core/unary_math.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/core/philox.h"
+#include "trident/core/unary_math.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

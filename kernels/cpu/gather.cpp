@@ -1,12 +1,12 @@
 // CPU batch gathers: one memcpy (or one transformed copy) per row, rows split over the arena.
-#include "kernels/cpu/gather.h"
+#include "trident/kernels/cpu/gather.h"
 
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
-#include "core/philox.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/core/error.h"
+#include "trident/core/philox.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

@@ -1,6 +1,6 @@
 // SGEMM driver shared by every instruction set: run-time kernel choice, packing plan, cache
 // blocking and oneTBB parallelism, plus the portable (plain C++) kernel set.
-#include "kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/gemm.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -1,6 +1,6 @@
 // The AVX2/FMA kernel set for sgemm: a 6 x 16 register-blocked micro-kernel and vectorised
 // packing (8x8 transposes); the packing routines are also used by the AVX-512 set.
-#include "kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/gemm.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 // The AVX-512 kernel set for sgemm: a 12 x 32 register-blocked micro-kernel (packing is shared
 // with the AVX2 set, whose routines take the panel width as a parameter).
-#include "kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/gemm.h"
 
 #if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
 #include <immintrin.h>

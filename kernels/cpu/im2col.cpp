@@ -1,6 +1,6 @@
 // im2col / col2im for one sample: the valid output columns of each kernel offset are found once,
 // so that inner loops are plain strided copies (contiguous when the stride is 1).
-#include "kernels/cpu/im2col.h"
+#include "trident/kernels/cpu/im2col.h"
 
 #include <algorithm>
 #include <cstring>

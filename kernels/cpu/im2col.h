@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/op_types.h"
+#include "trident/core/op_types.h"
 
 namespace trident::cpu {
 

@@ -1,11 +1,11 @@
 // CPU optimizer updates, written in the order of operations of torch.optim's single-tensor
 // paths (torch/optim/sgd.py, adam.py) so that float results match PyTorch's closely.
-#include "kernels/cpu/optimizers.h"
+#include "trident/kernels/cpu/optimizers.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/parallel.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 

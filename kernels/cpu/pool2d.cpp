@@ -1,12 +1,12 @@
 // CPU pooling: one task per run of (sample, channel) planes.
-#include "kernels/cpu/pool2d.h"
+#include "trident/kernels/cpu/pool2d.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

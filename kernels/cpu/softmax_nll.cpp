@@ -1,12 +1,12 @@
 // CPU classification head: rows split over the arena when the matrix is large; every sum in
 // double so that results sit within ~1e-7 relative of a float64 reference.
-#include "kernels/cpu/softmax_nll.h"
+#include "trident/kernels/cpu/softmax_nll.h"
 
 #include <cmath>
 #include <string>
 
-#include "core/error.h"
-#include "kernels/cpu/parallel.h"
+#include "trident/core/error.h"
+#include "trident/kernels/cpu/parallel.h"
 
 namespace trident::cpu {
 namespace {

@@ -4,8 +4,8 @@
 // Welford's method (no E[x^2] - E[x]^2 cancellation), merged in double (Chan et al.).
 #include <cmath>
 
-#include "kernels/cuda/batchnorm.h"
-#include "kernels/cuda/channel_reduce.cuh"
+#include "trident/kernels/cuda/batchnorm.h"
+#include "trident/kernels/cuda/channel_reduce.cuh"
 
 namespace trident::cuda {
 namespace {

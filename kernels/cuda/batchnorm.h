@@ -2,8 +2,8 @@
 // statistics by Welford's method merged in a fixed order, evaluation with running statistics,
 // and the backward pass; all against core/device.h's batchnorm_forward / batchnorm_backward.
 #pragma once
-#include "core/op_types.h"
-#include "kernels/cuda/kernel_context.h"
+#include "trident/core/op_types.h"
+#include "trident/kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 

@@ -1,7 +1,7 @@
 // CUDA channel ops: the affine map as one elementwise pass (channel of element i by two fixed
 // divisions), the sums through the per-channel reduction engine (channel_reduce.cuh).
-#include "kernels/cuda/channel.h"
-#include "kernels/cuda/channel_reduce.cuh"
+#include "trident/kernels/cuda/channel.h"
+#include "trident/kernels/cuda/channel_reduce.cuh"
 
 namespace trident::cuda {
 namespace {

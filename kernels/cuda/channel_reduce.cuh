@@ -23,7 +23,7 @@
 #pragma once
 #include <algorithm>
 
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 

@@ -1,7 +1,7 @@
 // CUDA weight-gradient reduction of the batched convolution: column sums of dw_part viewed as
 // [samples, OC * columns], one block per 32 columns with 32 sample lanes summed in a fixed tree.
-#include "kernels/cuda/conv2d.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/conv2d.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

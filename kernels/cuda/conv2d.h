@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cuda/kernel_context.h"
+#include "trident/kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 

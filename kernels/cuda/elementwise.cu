@@ -1,10 +1,10 @@
 // CUDA elementwise kernels: fills, axpby, the unary family dispatched from the TRIDENT_UNARY_OPS
 // list (one kernel per op, its formula from core/unary_math.h inlined), the GEMM epilogue and
 // Philox dropout. Grid-stride loops in int32 when the buffer allows, else int64.
-#include "core/philox.h"
-#include "core/unary_math.h"
-#include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/core/philox.h"
+#include "trident/core/unary_math.h"
+#include "trident/kernels/cuda/elementwise.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

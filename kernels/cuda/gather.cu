@@ -1,9 +1,9 @@
 // CUDA batch gathers: rows copied in the widest word their size and alignment allow; samples one
 // block each, the block's Philox draws made once by thread 0 (the counters and arithmetic of
 // kernels/cpu/gather.cpp, so that crops and flips are bit-identical on every backend).
-#include "core/philox.h"
-#include "kernels/cuda/gather.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/core/philox.h"
+#include "trident/kernels/cuda/gather.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/kernel_context.h"
+#include "trident/kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 

@@ -3,8 +3,8 @@
 // input pixel, no atomics: deterministic, in the CPU's order of additions).
 #include <algorithm>
 
-#include "kernels/cuda/im2col.h"
-#include "kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/im2col.h"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
 namespace {
@@ -91,9 +91,9 @@ bool coordinates_fit(const Conv2dShape& s) {
 }
 
 template <typename I>
-void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, const float* x,
-               float* col, int64_t rows_per_sample, bool ones_row, const float* bias, float* y,
-               int64_t col_items, int64_t y_items) {
+void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t /*samples*/,
+               const float* x, float* col, int64_t rows_per_sample, bool ones_row,
+               const float* bias, float* y, int64_t col_items, int64_t y_items) {
   im2col_kernel<I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
       patch_dims<I>(s, rows_per_sample), x, col, ones_row, I(col_items), bias, I(y_items),
       I(s.out_channels), Divider<I>(s.out_channels), y);

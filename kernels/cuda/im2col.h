@@ -3,8 +3,8 @@
 #pragma once
 #include <cstdint>
 
-#include "core/op_types.h"
-#include "kernels/cuda/kernel_context.h"
+#include "trident/core/op_types.h"
+#include "trident/kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 

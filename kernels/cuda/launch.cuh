@@ -5,8 +5,8 @@
 #include <climits>
 #include <cstdint>
 
-#include "core/device.h"  // DeviceErrorCode
-#include "kernels/cuda/kernel_context.h"
+#include "trident/core/device.h"  // DeviceErrorCode
+#include "trident/kernels/cuda/kernel_context.h"
 
 namespace trident::cuda {
 

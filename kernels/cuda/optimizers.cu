@@ -4,8 +4,8 @@
 // grid-stride loop updates the parameters.
 #include <cmath>
 
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/optimizers.h"
+#include "trident/kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/optimizers.h"
 
 namespace trident::cuda {
 namespace {

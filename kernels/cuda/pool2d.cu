@@ -3,8 +3,8 @@
 // atomics, deterministic, and the same order of additions as the CPU's scatter).
 #include <algorithm>
 
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/pool2d.h"
+#include "trident/kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/pool2d.h"
 
 namespace trident::cuda {
 namespace {

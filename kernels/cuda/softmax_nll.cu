@@ -5,8 +5,8 @@
 #include <climits>
 #include <cmath>
 
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/softmax_nll.h"
+#include "trident/kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/softmax_nll.h"
 
 namespace trident::cuda {
 namespace {

@@ -2,7 +2,7 @@
 // im2col, no GEMM), so that it checks the backends' lowering independently. Sums in double.
 #include <vector>
 
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 
 namespace trident::reference {
 namespace {

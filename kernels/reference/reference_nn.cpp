@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 
 namespace trident::reference {
 namespace {

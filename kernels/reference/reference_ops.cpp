@@ -1,15 +1,15 @@
 // Plain-loop reference ops: GEMM, elementwise, dropout, per-channel ops, the classification
 // head, data movement and the optimizers. Sums are kept in double; each output is rounded to
 // float once.
-#include "kernels/reference/reference_ops.h"
+#include "trident/kernels/reference/reference_ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "core/philox.h"
-#include "core/unary_math.h"
+#include "trident/core/philox.h"
+#include "trident/core/unary_math.h"
 
 namespace trident::reference {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/op_types.h"
+#include "trident/core/op_types.h"
 
 namespace trident::reference {
 

@@ -1,5 +1,5 @@
 // The README's library example, compiled against the installed package so that it stays true.
-#include <trident.h>
+#include <trident/trident.h>
 
 #include <iostream>
 

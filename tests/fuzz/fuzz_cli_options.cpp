@@ -2,8 +2,8 @@
 // argument list, arguments separated by NUL bytes. Accepted settings must be in range.
 #include <cmath>
 
-#include "core/error.h"
-#include "models/cli_options.h"
+#include "trident/core/error.h"
+#include "trident/models/cli_options.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace trident;

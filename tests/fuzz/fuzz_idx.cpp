@@ -2,8 +2,8 @@
 // Input: one mode byte (bit 0: gzip the rest; bits 1-3: item limit 0 = all, else 1..7), then the file.
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/idx.h"
+#include "trident/core/error.h"
+#include "trident/core/idx.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace trident;

@@ -1,7 +1,7 @@
 // libFuzzer target: the image readers (PGM P2/P5 and PNG through libpng), then the channel
 // conversions and a bilinear resize of whatever they return.
-#include "core/error.h"
-#include "core/image.h"
+#include "trident/core/error.h"
+#include "trident/core/image.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace trident;

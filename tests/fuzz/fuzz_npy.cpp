@@ -1,11 +1,11 @@
 // libFuzzer target: the .npy reader from a plain file (bit 0 of the mode byte clear) or through raw
 // deflate as an .npz entry would be (bit 0 set), reading all rows or a limit (bits 1-3), and the
 // Dataset built from it as samples.
-#include "core/byte_source.h"
-#include "core/dataset.h"
-#include "core/error.h"
-#include "core/files.h"
-#include "core/npy.h"
+#include "trident/core/byte_source.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
+#include "trident/core/files.h"
+#include "trident/core/npy.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace trident;

@@ -1,7 +1,7 @@
 // libFuzzer target: the .npz loader (zip directory, stored and deflated entries, the four arrays
 // and their cross-checks), whole and with limits (mode byte: train limit, test limit).
-#include "core/dataset.h"
-#include "core/error.h"
+#include "trident/core/dataset.h"
+#include "trident/core/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace trident;

@@ -1,7 +1,7 @@
 // libFuzzer target: the safetensors loader; whatever it accepts is saved and reloaded, and must
 // come back identical (metadata, names, dtypes, shapes, bytes).
-#include "core/error.h"
-#include "core/safetensors.h"
+#include "trident/core/error.h"
+#include "trident/core/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace trident;
