@@ -20,8 +20,9 @@ test: deps build
 deps:
 	bash scripts/install_deps.sh
 
-# What CI runs (.ci/run): -Werror builds of the default configuration and of those without
-# OpenCL / without CUDA and MPI, the whole suite, and the suite under ASan + UBSan (scripts/ci.sh).
+# What CI runs (.ci/run): a -Werror build of the default configuration and the whole suite, a
+# -Werror build without OpenCL, NCCL and MPI, and fast tagged tests under ASan + UBSan
+# (scripts/ci.sh).
 ci: deps
 	bash scripts/ci.sh
 
