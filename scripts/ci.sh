@@ -6,7 +6,7 @@
 #               safety, the PyTorch cross-check)
 #   minimal     -Werror configure and build only, with OpenCL, NCCL and MPI off (CUDA, where the
 #               toolkit is, without NCCL): the #ifdef paths of a lean build compile
-#   asan-ubsan  AddressSanitizer + UBSan build of the test binary alone (CPU and PoCL, no CUDA;
+#   asan-ubsan  AddressSanitizer + UBSan build of the test binary and CLI (CPU and PoCL, no CUDA;
 #               -O0 -g, which GCC compiles with the sanitizers 7x faster than the preset's -O2 -g)
 #               and the fast tests tagged in ASAN_TAGS below: file formats, data sets, weights
 #               files, tensors, allocator, registry, log, env, errors, collectives
@@ -62,11 +62,11 @@ asan_build() {  # the preset's tree (no CUDA, -O2 -g), everything
   cmake --preset asan-ubsan "${common[@]}" "${launchers[@]}"
   cmake --build --preset asan-ubsan -j "$jobs"
 }
-asan_build_tests() {  # a Debug tree with the sanitizers, the test binary only
+asan_build_tests() {  # a Debug tree with the sanitizers: the test binary and the CLI it runs
   cmake -S . -B build/ci-asan "${generator[@]}" "${common[@]}" "${launchers[@]}" \
     -DCMAKE_BUILD_TYPE=Debug -DTRIDENT_SANITIZE=address,undefined -DTRIDENT_WITH_CUDA=OFF \
     -DTRIDENT_BUILD_BENCH=OFF
-  cmake --build build/ci-asan -j "$jobs" --target trident_tests
+  cmake --build build/ci-asan -j "$jobs" --target trident_tests trident_cli
 }
 asan_subset() { env "${asan_env[@]}" build/ci-asan/tests/trident_tests "$ASAN_TAGS"; }
 
