@@ -135,7 +135,7 @@ void CublasGemm::gemm(const GemmCall& g) {
                      ordinal_);
 }
 
-bool CublasGemm::gemm_bias_relu(const GemmCall& g, const float* bias, bool relu) {
+bool CublasGemm::gemm_bias_relu(const GemmCall& g, const void* bias, bool relu) {
   if (bias && alignment_of(bias) < 16) return false;  // its epilogue loads need 16 bytes
   const PlanKey key{g.m,
                     g.n,
@@ -166,7 +166,7 @@ bool CublasGemm::gemm_bias_relu(const GemmCall& g, const float* bias, bool relu)
   return true;
 }
 
-const CublasGemm::Plan& CublasGemm::plan(const PlanKey& key, const float* bias) {
+const CublasGemm::Plan& CublasGemm::plan(const PlanKey& key, const void* bias) {
   std::lock_guard<std::mutex> lock(plans_mutex_);
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
@@ -191,14 +191,6 @@ const CublasGemm::Plan& CublasGemm::plan(const PlanKey& key, const float* bias) 
     TRIDENT_CUDA_CHECK(cublasLtMatmulDescSetAttribute(
                            plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
                        ordinal_);
-  // The bias is float32 whatever C is (a 16-bit C would otherwise want a 16-bit bias); a cuBLASLt
-  // that refuses the pair leaves the plan unusable and the caller's own epilogue adds it.
-  if (key.bias && ct != CUDA_R_32F) {
-    const int32_t bias_type = CUDA_R_32F;
-    if (cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                       &bias_type, sizeof bias_type) != CUBLAS_STATUS_SUCCESS)
-      return plan;
-  }
   // Column-major views of the stored matrices (see the top of cublas_gemm.h): the first operand
   // is B, stored [K,N] row-major = [N,K] column-major (or [K,N] when trans_b); second is A.
   const uint64_t b_rows = key.trans_b ? key.k : key.n, b_cols = key.trans_b ? key.n : key.k;

@@ -51,10 +51,10 @@ class CublasGemm {
   // cublasSgemm or cublasGemmEx (StridedBatched); k must be positive. Throws ShapeError where a
   // size does not fit cuBLAS's 32-bit arguments.
   void gemm(const GemmCall& g);
-  // One product (batch 1) with a float32 bias[n] per column (null: none) and/or ReLU fused
-  // through cuBLASLt. Returns false, queuing nothing, where cuBLASLt has no plan for the shape
+  // One product (batch 1) with a bias[n] per column of C's type (null: none; cuBLASLt adds a
+  // bias of the output's type only) and/or ReLU fused through cuBLASLt. Returns false, queuing nothing, where cuBLASLt has no plan for the shape
   // and types or the bias is not 16-byte aligned; the caller then runs gemm and its own epilogue.
-  bool gemm_bias_relu(const GemmCall& g, const float* bias, bool relu);
+  bool gemm_bias_relu(const GemmCall& g, const void* bias, bool relu);
 
  private:
   // What selects a cuBLASLt plan: the shape, strides, types, fused epilogue and alignments.
@@ -75,7 +75,7 @@ class CublasGemm {
     cublasLtMatmulAlgo_t algo{};
     size_t workspace_bytes = 0;
   };
-  const Plan& plan(const PlanKey& key, const float* bias);
+  const Plan& plan(const PlanKey& key, const void* bias);
   // The compute type of a product of these operands.
   cublasComputeType_t compute_type(DType ab_type, bool tf32) const;
 

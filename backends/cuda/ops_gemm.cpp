@@ -48,9 +48,20 @@ void CudaDevice::do_gemm_fused(const GemmArgs& g) {
   const bool lt_bias = !bias || g.bias_kind == BiasKind::per_column;
   const bool lt_activation =
       g.activation == UnaryOp::identity || g.activation == UnaryOp::relu;
-  if (lt_bias && lt_activation &&
-      gemm_->gemm_bias_relu(call, bias, g.activation == UnaryOp::relu))
-    return;
+  if (lt_bias && lt_activation) {
+    // cuBLASLt adds a bias of C's type only: a 16-bit C gets a copy of the float32 bias rounded
+    // to its type (as PyTorch's autocast rounds a Linear's bias), from the scratch arena.
+    const size_t mark = scratch_mark();
+    const void* lt_bias_data = bias;
+    if (bias && g.c.dtype() != DType::f32) {
+      const Tensor rounded = scratch(g.c.dtype(), g.bias.shape());
+      convert(g.bias, rounded);
+      lt_bias_data = device_ptr<const void>(rounded);
+    }
+    const bool fused = gemm_->gemm_bias_relu(call, lt_bias_data, g.activation == UnaryOp::relu);
+    release_scratch(mark);  // stream-ordered: later users of the arena queue after the GEMM
+    if (fused) return;
+  }
   gemm_->gemm(call);
   launch_gemm_epilogue(ctx, g.c.dtype(), c, g.ldc, g.m, g.n, bias, g.bias_kind, g.activation,
                        g.activation_alpha, false, g.beta);
