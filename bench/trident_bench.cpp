@@ -7,6 +7,7 @@
 //                 [--big-batch N] [--steps N] [--epochs N] [--gemm-sizes 256,1024,...]
 //                 [--gemm-shapes 200x512x784nt,...] [--no-train] [--no-gemm] [--no-capture]
 //                 [--data DIR|synthetic] [--inference] [--inference-batches 1,1000]
+//                 [--precision fp32|tf32|bf16|fp16]
 //   trident_bench --devices cuda:0,cuda:1 [--model mlp-big] [--batch 512]   (weak scaling)
 //
 // Timing: the data set (batch * steps samples, Fashion-MNIST tiled to that size, or synthetic)
@@ -19,6 +20,8 @@
 // latency timed. Three warm-up calls (eager, captured, replayed), then calls for about a second
 // (at least 5): ms_per_step is the median call, ms_per_step_min the fastest, samples_per_s =
 // batch / median.
+// --precision: training in that precision (models/precision.h), and GEMMs with A, B and C in the
+// compute type (TF32 allowed for tf32); every line says which ("precision").
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +36,7 @@
 #include "core/json.h"
 #include "core/registry.h"
 #include "core/tensor.h"
+#include "models/precision.h"
 #include "models/predictor.h"
 #include "models/trainer.h"
 #include "models/zoo.h"
@@ -49,6 +53,7 @@ struct Options {
   double gemm_seconds = 0.3;             // length of each of the 3 timed GEMM batches
   std::vector<int64_t> inference_batches = {1, 1000};
   bool train = true, gemm = true, capture = true, inference = false;
+  trident::Precision precision = trident::Precision::fp32;
 };
 
 const char* kUsage =
@@ -67,7 +72,8 @@ const char* kUsage =
     "               square sizes\n"
     "  --gemm-ms    milliseconds per timed GEMM batch (300; best of 3)\n"
     "  --inference  also time inference (Predictor) of each model at --inference-batches\n"
-    "               (1,1000): latency from host inputs to host outputs\n";
+    "               (1,1000): latency from host inputs to host outputs\n"
+    "  --precision  fp32 (default), tf32, bf16 or fp16: training and GEMM operands\n";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -106,6 +112,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--gemm-shapes") o.gemm_shapes = split(value());
     else if (a == "--gemm-ms") o.gemm_seconds = double(to_int(a, value())) / 1000.0;
     else if (a == "--gemm-sizes") for (auto& s : split(value())) o.gemm_sizes.push_back(to_int(a, s));
+    else if (a == "--precision") o.precision = trident::parse_precision(value());
     else if (a == "--no-train") o.train = false;
     else if (a == "--no-gemm") o.gemm = false;
     else if (a == "--no-capture") o.capture = false;
@@ -126,7 +133,7 @@ double now_seconds() {
 
 // One measurement line; every line carries the same fields (null where they do not apply).
 struct Record {
-  std::string bench, model, device, device_name;
+  std::string bench, model, device, device_name, precision = "fp32";
   int64_t batch = 0, n_devices = 1, size = 0, steps = 0;
   double ms_per_step = -1, ms_per_step_min = -1, samples_per_s = -1, gflops = -1;
   bool capture = false;
@@ -140,7 +147,8 @@ void emit(const Record& r) {
     else line.number(key, v);
   };
   line.string("impl", "trident").string("bench", r.bench).string("model", r.model).string("device", r.device)
-      .string("device_name", r.device_name).integer("batch", r.batch).integer("n_devices", r.n_devices)
+      .string("device_name", r.device_name).string("precision", r.precision)
+      .integer("batch", r.batch).integer("n_devices", r.n_devices)
       .integer("size", r.size).integer("steps", r.steps).boolean("capture", r.capture);
   number_or_null("ms_per_step", r.ms_per_step);
   number_or_null("ms_per_step_min", r.ms_per_step_min);
@@ -217,6 +225,7 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
   t.loss = recipe.loss;
   t.epochs = o.epochs;
   t.capture = o.capture;
+  t.precision = o.precision;
   trident::DatasetSplits data = bench_data(o.data, t.batch * steps);
   for (trident::Dataset* split : {&data.train, &data.test})
     split->set_normalization({true, {recipe.mean}, {recipe.std}});
@@ -228,6 +237,7 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
   std::sort(ms.begin(), ms.end());
   Record r;
   r.bench = n > 1 || !o.devices.empty() ? "scaling" : "train";
+  r.precision = trident::precision_name(o.precision);
   r.model = model;
   r.device = trainer.device_names();
   r.device_name = devices[0]->info().name;
@@ -314,16 +324,19 @@ GemmShape parse_gemm_shape(const std::string& text) {
   return s;
 }
 
-// C = op(A) op(B) through Device::gemm, best of 3 timed batches lasting about `seconds` each.
-Record measure_gemm(Device& d, const GemmShape& shape, double seconds) {
+// C = op(A) op(B) through Device::gemm, best of 3 timed batches lasting about `seconds` each;
+// A, B and C in the compute type of `precision`.
+Record measure_gemm(Device& d, const GemmShape& shape, double seconds,
+                    trident::Precision precision) {
+  const trident::DType dtype = trident::compute_dtype(precision);
   const int64_t m = shape.m, n = shape.n, k = shape.k;
   auto random_matrix = [&](int64_t count, uint32_t state) {
     std::vector<float> host(static_cast<size_t>(count));
     for (auto& x : host) { state = state * 1664525u + 1013904223u; x = (state >> 8) / 8388608.0f - 1.0f; }
-    return trident::Tensor::from_host(d, {count}, host);
+    return trident::Tensor::from_host(d, {count}, host, dtype);
   };
   const trident::Tensor a = random_matrix(m * k, 1), b = random_matrix(k * n, 2);
-  const trident::Tensor c = trident::Tensor::empty(d, {m, n});
+  const trident::Tensor c = trident::Tensor::empty(d, {m, n}, dtype);
   trident::GemmArgs g;
   g.m = m, g.n = n, g.k = k;
   g.trans_a = shape.trans_a, g.trans_b = shape.trans_b;
@@ -331,6 +344,7 @@ Record measure_gemm(Device& d, const GemmShape& shape, double seconds) {
   g.lda = shape.trans_a ? m : k;
   g.ldb = shape.trans_b ? k : n;
   g.ldc = n;
+  g.allow_tf32 = precision == trident::Precision::tf32;
   auto run = [&](int64_t reps) {
     d.synchronize();
     const double t0 = now_seconds();
@@ -346,6 +360,7 @@ Record measure_gemm(Device& d, const GemmShape& shape, double seconds) {
   Record r;
   r.bench = "gemm";
   r.model = "sgemm";
+  r.precision = trident::precision_name(precision);
   r.device = d.info().id();
   r.device_name = d.info().name;
   r.size = n;
@@ -378,7 +393,7 @@ int run(const Options& o) {
       for (int64_t batch : o.inference_batches) emit(measure_inference(o, d, model, batch));
   for (const std::string& text : o.gemm_shapes) {
     const GemmShape shape = parse_gemm_shape(text);
-    Record r = measure_gemm(d, shape, o.gemm_seconds);
+    Record r = measure_gemm(d, shape, o.gemm_seconds, o.precision);
     r.model = "sgemm " + shape.name();  // "sgemm 200x512x784nt"
     emit(r);
   }
@@ -387,7 +402,8 @@ int run(const Options& o) {
     if (sizes.empty())
       sizes = is_gpu(d) ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                         : std::vector<int64_t>{256, 512, 1024, 2048};
-    for (int64_t n : sizes) emit(measure_gemm(d, GemmShape{n, n, n}, o.gemm_seconds));
+    for (int64_t n : sizes)
+      emit(measure_gemm(d, GemmShape{n, n, n}, o.gemm_seconds, o.precision));
   }
   return 0;
 }
