@@ -175,11 +175,18 @@ def all_ratios(records):
     return training_ratios(records) + gemm_ratios(records) + inference_ratios(records)
 
 
-def headline(records, gemm_sizes=(2048, 4096, 8192)):
+HEADLINE_GEMM_SIZES = (1024, 2048, 4096)
+
+
+def headline(records, gemm_sizes=None):
     """The figures issue 12 asks for, each {"name", "ratio" (or None), "numerator", "denominator",
     "missing" (what was not measured)}: Trident's bf16 training against PyTorch's best and against its
-    own fp32, bf16 GEMM against torch.matmul, OpenCL fp16 against OpenCL fp32."""
+    own fp32, bf16 GEMM against torch.matmul per n (the sizes Trident's bf16 GEMM rows have, else
+    HEADLINE_GEMM_SIZES), OpenCL fp16 against OpenCL fp32."""
     gpu, ocl = main_gpu(records), opencl_device(records)
+    if gemm_sizes is None:
+        gemm_sizes = sorted({r["size"] for r in records if r["bench"] == "gemm" and r["impl"] == "trident"
+                             and r["device"] == gpu and r.get("precision") == "bf16"}) or HEADLINE_GEMM_SIZES
     train = [r for r in records if r["bench"] == "train"]
     out = []
 
@@ -217,9 +224,10 @@ def headline(records, gemm_sizes=(2048, 4096, 8192)):
             find(gemm, impl="trident", device=gpu, size=n, precision="bf16", out_dtype="BF16"),
             find(gemm, impl="pytorch", size=n, precision="bf16", out_dtype="BF16"),
             f"Trident {gpu} bf16 n={n}", f"torch.matmul bf16 n={n}")
-    if ocl:
-        add(f"mlp-big: OpenCL fp16 / OpenCL fp32 ({ocl})", trident_row("mlp-big", "fp16", ocl),
-            trident_row("mlp-big", "fp32", ocl), f"Trident {ocl} fp16", f"Trident {ocl} fp32")
+    # Named also where no OpenCL device ran, so that a GPU run without NVIDIA's OpenCL says so.
+    add(f"mlp-big: OpenCL fp16 / OpenCL fp32 ({ocl or 'no OpenCL device ran'})",
+        trident_row("mlp-big", "fp16", ocl), trident_row("mlp-big", "fp32", ocl),
+        f"Trident {ocl or 'opencl'} fp16", f"Trident {ocl or 'opencl'} fp32")
     return out
 
 
@@ -277,7 +285,7 @@ def gemm_table(records):
             ref = find(gemm, impl="pytorch", size=n, precision=r.get("precision", "fp32"),
                        out_dtype=r.get("out_dtype", "F32")) if r["impl"] == "trident" else None
             pct = f" ({100 * score(r) / score(ref):3.0f}%)" if ref else ""
-            cells.append(f"{score(r) / 1e3:.1f}{pct}".rjust(16))
+            cells.append(f"{score(r) / 1e3:.3g}{pct}".rjust(16))
         lines.append(f"  {name:30s}" + "".join(cells))
     return lines
 

@@ -7,13 +7,14 @@ same run, prints the tables and ratios, writes bench/results/<machine>.json and 
     bench/run_bench.py --only gemm --gemm-sizes 2048,4096,8192
     bench/run_bench.py --scaling --devices cuda:all      # Trident 1..N GPUs vs PyTorch DDP
 
-What runs, by default (each part can be narrowed with the options below):
-  training   mlp-big (batch 512 on GPUs) and resnet (256) in each precision: Trident fp32, tf32, bf16, fp16 on
-             CUDA (fp32 and fp16 on OpenCL, mlp-big only); PyTorch fp32, tf32, bf16 autocast, eager and
-             torch.compile(mode="reduce-overhead"); then the seed mlp and cnn (200) in fp32, PyTorch eager.
-             On a CPU: all four models, fp32, PyTorch eager.
-  GEMM       C = A B, n x n, through Device::gemm (fp32, tf32, bf16, bf16 with float32 C, fp16) and
-             torch.matmul (fp32, tf32, bf16, fp16); n = 1024..8192 on GPUs, 256..2048 on CPUs.
+What runs, by default, in this order (each part can be narrowed with the options below):
+  GEMM       C = A B, n x n, through Device::gemm (CUDA: fp32, tf32, bf16, bf16 with float32 C, fp16; OpenCL:
+             fp32, fp16) and torch.matmul (fp32, tf32, bf16, fp16); n = 1024, 2048, 4096 on GPUs, 256..2048 on CPUs.
+  training   mlp-big (784-4096x3-10, batch 512 on GPUs), resnet (256), mlp and cnn (200) in each precision:
+             Trident fp32, tf32, bf16, fp16 on CUDA (fp32 and fp16 on OpenCL, resnet not there); PyTorch fp32,
+             tf32, bf16 autocast, fp16 autocast with a GradScaler, eager, and for mlp-big and resnet also
+             torch.compile(mode="reduce-overhead") in tf32, bf16 and fp16 (PyTorch 2.x).
+             On a CPU: all four models, fp32 (add --precisions fp32,bf16,fp16), PyTorch eager.
   inference  mlp, cnn, resnet at batch 1 and 1000: Trident's Predictor, PyTorch no_grad and inference_mode.
 Devices: with no --device, cuda:0 and the first OpenCL GPU where there are GPUs, else the CPU.
 
@@ -44,7 +45,9 @@ sys.path.insert(0, HERE)
 import bench_summary as summary  # noqa: E402
 
 STAT = "median"  # --stat
-PRECISION_MODELS = "mlp-big,resnet"
+# Issue 12's models first: a run cut short by --deadline-s keeps them.
+PRECISION_MODELS = "mlp-big,resnet,mlp,cnn"
+COMPILE_MODELS = "mlp-big,resnet"  # torch.compile costs about a minute per model and precision
 
 
 def find_bench(explicit):
@@ -190,6 +193,7 @@ class Plan:
         self.torch_gpu = torch_device.startswith("cuda")
         self.torch_device = torch_device
         self.precision_models = set(csv_list(args.precision_models))
+        self.compile_models = set(csv_list(args.compile_models))
 
     def precisions(self, device, model):
         if model not in self.precision_models:
@@ -202,15 +206,23 @@ class Plan:
     def torch_precisions(self, model):
         if model not in self.precision_models:
             return ["fp32"]
-        return csv_list(self.args.torch_precisions) or (["fp32", "tf32", "bf16"] if self.torch_gpu else ["fp32"])
+        return csv_list(self.args.torch_precisions) or (
+            ["fp32", "tf32", "bf16", "fp16"] if self.torch_gpu else ["fp32"])
 
     def torch_modes(self, model):
         modes = csv_list(self.args.torch_modes)
         if not modes:
-            modes = ["eager", "compile"] if self.torch_gpu and model in self.precision_models else ["eager"]
+            modes = ["eager", "compile"] if self.torch_gpu and model in self.compile_models else ["eager"]
         if self.args.compile and "compile" not in modes:
             modes.append("compile")
         return modes
+
+    def torch_compile_precisions(self, model):
+        """The precisions compiled too: the fastest candidates (strict float32 compiled loses to its TF32 form on
+        tensor-core GPUs), unless --torch-compile-precisions says otherwise."""
+        chosen = self.torch_precisions(model)
+        wanted = csv_list(self.args.torch_compile_precisions) or ["tf32", "bf16", "fp16"]
+        return [p for p in chosen if p in wanted] or chosen
 
     def gemm_types(self, device):
         if self.args.gemm_types:
@@ -221,18 +233,30 @@ class Plan:
 
     def gemm_sizes(self):
         return csv_list(self.args.gemm_sizes) or (
-            ["1024", "2048", "4096", "8192"] if self.gpu else ["256", "512", "1024", "2048"])
+            ["1024", "2048", "4096"] if self.gpu else ["256", "512", "1024", "2048"])
 
     def parts(self):
         """[(name, [(device, trident_bench arguments)], torch_reference arguments or None)]."""
         a, out = self.args, []
         common = common_args(a)
+        if "gemm" in a.only:  # first: a minute at most, and half of issue 12's figures
+            sizes = ",".join(self.gemm_sizes())
+            trident = [(d, ["--gemm", "--gemm-sizes", sizes, "--gemm-types", ",".join(self.gemm_types(d)),
+                            "--gemm-ms", str(a.gemm_ms)]) for d in self.devices]
+            torch_types = csv_list(a.torch_gemm_precisions) or (
+                ["fp32", "tf32", "bf16", "fp16"] if self.torch_gpu else ["fp32"])
+            torch = ["--no-train", "--gemm-sizes", sizes, "--gemm-precisions", ",".join(torch_types),
+                     "--gemm-seconds", str(a.gemm_ms / 1000)]
+            out.append(("gemm", trident, torch))
         if "train" in a.only:
-            models = csv_list(a.models) or (PRECISION_MODELS.split(",") + ["mlp", "cnn"])
-            # One part per model trained in several precisions, one for the rest (fewer process starts).
-            groups = [[m] for m in models if m in self.precision_models]
-            rest = [m for m in models if m not in self.precision_models]
-            groups += [rest] if rest else []
+            models = csv_list(a.models) or PRECISION_MODELS.split(",")
+            # One part per model PyTorch compiles (slow: a deadline ends one part, not all), then one per
+            # kind of the rest (fewer process starts), each group trained in the same precisions.
+            compiled = [m for m in models if m in self.compile_models and self.torch_gpu]
+            groups = [[m] for m in compiled]
+            for kind in (True, False):
+                rest = [m for m in models if m not in compiled and (m in self.precision_models) == kind]
+                groups += [rest] if rest else []
             for group in groups:
                 m = group[0]
                 names = ",".join(group)
@@ -243,16 +267,9 @@ class Plan:
                            if not d.startswith("opencl") or set(group) & set(csv_list(a.opencl_models))]
                 torch = ["--models", names, "--no-gemm", "--precisions", ",".join(self.torch_precisions(m)),
                          "--modes", ",".join(self.torch_modes(m))] + common
+                if "compile" in self.torch_modes(m):
+                    torch += ["--compile-precisions", ",".join(self.torch_compile_precisions(m))]
                 out.append((f"train {names}", trident, torch))
-        if "gemm" in a.only:
-            sizes = ",".join(self.gemm_sizes())
-            trident = [(d, ["--gemm", "--gemm-sizes", sizes, "--gemm-types", ",".join(self.gemm_types(d)),
-                            "--gemm-ms", str(a.gemm_ms)]) for d in self.devices]
-            torch_types = csv_list(a.torch_gemm_precisions) or (
-                ["fp32", "tf32", "bf16", "fp16"] if self.torch_gpu else ["fp32"])
-            torch = ["--no-train", "--gemm-sizes", sizes, "--gemm-precisions", ",".join(torch_types),
-                     "--gemm-seconds", str(a.gemm_ms / 1000)]
-            out.append(("gemm", trident, torch))
         if "inference" in a.only and a.inference_models:
             unit = ["--models", a.inference_models, "--no-train", "--no-gemm", "--inference",
                     "--inference-batches", a.inference_batches]
@@ -291,6 +308,8 @@ class Results:
 
 
 def torch_version(python):
+    if python is None:  # --no-torch
+        return None
     return subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
                           capture_output=True, text=True).stdout.strip()
 
@@ -301,6 +320,8 @@ def single_device(args, bench, python, deadline):
     found = list_devices(bench)
     devices = choose_devices(args.device, found)
     torch_device = args.torch_device
+    if torch_device is None and python is None:  # --no-torch
+        torch_device = "none"
     if torch_device is None:  # PyTorch runs where Trident ran: CPU against CPU, GPUs against CUDA
         has_cuda = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
                                   capture_output=True, text=True).stdout.strip() == "True"
@@ -365,7 +386,7 @@ def scaling(args, bench, python, deadline):
         trident, status = run_json([bench, "--devices", devices, "--models", model] + extra, deadline)
         failed |= status != 0
         summary.keep_best(best, trident)
-        if trident and all(r["device"].startswith("cuda") for r in trident) and not args.no_ddp:
+        if trident and all(r["device"].startswith("cuda") for r in trident) and python:
             counts = ",".join(str(n) for n in sorted({r["n_devices"] for r in trident}))
             rows, status = run_json([python, os.path.join(HERE, "torch_ddp.py"), "--gpus", counts, "--model",
                                      model] + extra, deadline)
@@ -405,15 +426,18 @@ def parse_args(argv=None):
     p.add_argument("--torch-device", help="cpu or cuda (default: cuda where Trident ran on a GPU)")
     p.add_argument("--only", default="train,gemm,inference", type=lambda s: set(csv_list(s)),
                    help="parts to run: train, gemm, inference (comma-separated; default all)")
-    p.add_argument("--models", help=f"models to train (default {PRECISION_MODELS},mlp,cnn; --scaling: mlp-big)")
+    p.add_argument("--models", help=f"models to train (default {PRECISION_MODELS}; --scaling: mlp-big)")
     p.add_argument("--precision-models", default=PRECISION_MODELS,
                    help="models trained in every precision (the others: fp32 only)")
     p.add_argument("--precisions", help="Trident's precisions on CUDA and CPU (GPU: fp32,tf32,bf16,fp16; CPU: fp32)")
     p.add_argument("--opencl-precisions", default="fp32,fp16", help="Trident's precisions on OpenCL")
     p.add_argument("--opencl-models", default="mlp,cnn,mlp-big", help="models trained on OpenCL devices")
-    p.add_argument("--torch-precisions", help="PyTorch's precisions (CUDA: fp32,tf32,bf16; CPU: fp32)")
-    p.add_argument("--torch-modes", help="eager,compile (default: both on CUDA for the precision models, "
-                                         "else eager)")
+    p.add_argument("--torch-precisions", help="PyTorch's precisions (CUDA: fp32,tf32,bf16,fp16; CPU: fp32)")
+    p.add_argument("--torch-modes", help="eager,compile (default: both on CUDA for --compile-models, else eager)")
+    p.add_argument("--compile-models", default=COMPILE_MODELS,
+                   help="models PyTorch also trains under torch.compile(mode='reduce-overhead') on CUDA")
+    p.add_argument("--torch-compile-precisions",
+                   help="precisions compiled too (default tf32,bf16,fp16: compiling takes about a minute each)")
     p.add_argument("--compile", action="store_true", help="torch.compile for every model and inference too")
     p.add_argument("--batch", type=int, help="batch (per device with --scaling; default: each recipe's)")
     p.add_argument("--big-batch", type=int, help="mlp-big batch (512 on GPUs, --batch on CPUs)")
@@ -469,7 +493,9 @@ def main():
     args = parse_args()
     global STAT
     STAT = args.stat
-    bench, python = find_bench(args.bench), find_python(args.python)
+    # --no-torch needs no torch (CI runs it): no interpreter is looked for.
+    no_torch = args.no_torch or (args.scaling and args.no_ddp)
+    bench, python = find_bench(args.bench), None if no_torch else find_python(args.python)
     load = load_average()
     if load > 0.5:
         print(f"run_bench: load average {load:.2f}: other work is running, numbers will be noisy",

@@ -98,12 +98,24 @@ class Headline(unittest.TestCase):
     def test_opencl_fp16_against_fp32(self):
         self.assertAlmostEqual(self.ratio("mlp-big: OpenCL fp16 / OpenCL fp32 (opencl:1)"), 1.5)
 
+    def test_opencl_figure_without_opencl_says_so(self):
+        rows = [r for r in h100_like_rows() if not r["device"].startswith("opencl")]
+        entry = next(e for e in summary.headline(rows) if e["name"].startswith("mlp-big: OpenCL fp16"))
+        self.assertIsNone(entry["ratio"])
+        self.assertIn("no OpenCL device ran", entry["name"])
+
     def test_missing_rows_are_named(self):
         rows = [r for r in h100_like_rows() if not (r["model"] == "resnet" and r["precision"] == "bf16"
                                                     and r["impl"] == "trident")]
         entry = next(e for e in summary.headline(rows) if e["name"] == "resnet: Trident bf16 / Trident fp32")
         self.assertIsNone(entry["ratio"])
         self.assertEqual(entry["missing"], "Trident cuda:0 bf16")
+
+    def test_gemm_sizes_default_to_issue_12s(self):
+        rows = [r for r in h100_like_rows() if r["bench"] != "gemm"]
+        names = [e["name"] for e in summary.headline(rows) if e["name"].startswith("GEMM")]
+        self.assertEqual(names, [f"GEMM bf16 n={n}: Trident / torch.matmul (TFLOP/s)" for n in (1024, 2048, 4096)])
+        self.assertTrue(all(e["ratio"] is None for e in summary.headline(rows) if e["name"].startswith("GEMM")))
 
     def test_headline_is_printed_last(self):
         rows = h100_like_rows()
@@ -151,6 +163,60 @@ class Ratios(unittest.TestCase):
         self.assertEqual(sorted(r["samples_per_s"] for r in best.values()), [50, 120])
 
 
+class RunBenchPlan(unittest.TestCase):
+    """run_bench.py's default plan on an H100 with NVIDIA's OpenCL, and on a CPU (no programs run)."""
+
+    GPU = [{"id": "cpu:0", "name": "EPYC", "type": "cpu", "backend": "cpu"},
+           {"id": "cuda:0", "name": "NVIDIA H100", "type": "gpu", "backend": "cuda"},
+           {"id": "opencl:1", "name": "NVIDIA H100", "type": "gpu", "backend": "opencl"}]
+
+    def parts(self, argv, found, torch_device):
+        import run_bench
+        args = run_bench.parse_args(argv)
+        devices = run_bench.choose_devices(args.device, found)
+        return devices, {name: (dict(trident), torch) for name, trident, torch in
+                         run_bench.Plan(args, devices, found, torch_device).parts()}
+
+    @staticmethod
+    def value(argv, flag):
+        return argv[argv.index(flag) + 1]
+
+    def test_gpu_defaults(self):
+        devices, parts = self.parts([], self.GPU, "cuda")
+        self.assertEqual(devices, ["cuda:0", "opencl:1"])
+        self.assertEqual(list(parts), ["gemm", "train mlp-big", "train resnet", "train mlp,cnn", "inference"])
+        trident, torch = parts["gemm"]
+        self.assertEqual(self.value(trident["cuda:0"], "--gemm-sizes"), "1024,2048,4096")
+        self.assertIn("bf16", self.value(trident["cuda:0"], "--gemm-types").split(","))
+        self.assertEqual(self.value(trident["opencl:1"], "--gemm-types"), "fp32,fp16")
+        self.assertEqual(self.value(torch, "--gemm-precisions"), "fp32,tf32,bf16,fp16")
+        trident, torch = parts["train mlp-big"]
+        self.assertEqual(self.value(trident["cuda:0"], "--precision"), "fp32,tf32,bf16,fp16")
+        self.assertEqual(self.value(trident["opencl:1"], "--precision"), "fp32,fp16")
+        self.assertEqual(self.value(torch, "--precisions"), "fp32,tf32,bf16,fp16")
+        self.assertEqual(self.value(torch, "--modes"), "eager,compile")
+        self.assertEqual(self.value(torch, "--compile-precisions"), "tf32,bf16,fp16")
+        trident, torch = parts["train resnet"]
+        self.assertEqual(list(trident), ["cuda:0"])  # not on OpenCL by default
+        trident, torch = parts["train mlp,cnn"]
+        self.assertEqual(self.value(trident["cuda:0"], "--precision"), "fp32,tf32,bf16,fp16")
+        self.assertEqual(self.value(torch, "--modes"), "eager")
+        self.assertNotIn("--compile-precisions", torch)
+
+    def test_cpu_defaults(self):
+        devices, parts = self.parts([], self.GPU[:1], "cpu")
+        self.assertEqual(devices, ["cpu:0"])
+        self.assertEqual(list(parts), ["gemm", "train mlp-big,resnet,mlp,cnn", "inference"])
+        trident, torch = parts["train mlp-big,resnet,mlp,cnn"]
+        self.assertEqual(self.value(trident["cpu:0"], "--precision"), "fp32")
+        self.assertEqual((self.value(torch, "--precisions"), self.value(torch, "--modes")), ("fp32", "eager"))
+
+    def test_compile_precisions_override(self):
+        _, parts = self.parts(["--only", "train", "--models", "resnet", "--torch-compile-precisions", "fp32,bf16"],
+                              self.GPU, "cuda")
+        self.assertEqual(self.value(parts["train resnet"][1], "--compile-precisions"), "fp32,bf16")
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
 
@@ -190,6 +256,12 @@ class TridentBench(unittest.TestCase):
                           ("gemm", "bf16", "F32"), ("gemm", "fp16", "F16")])
         self.assertTrue(all(r["size"] == 48 and r["gflops"] > 0 and r["device"] == "cpu:0" for r in rows))
 
+    def test_gemm_types_follow_precision(self):
+        proc = run([self.bench, "--device", "cpu:0", "--gemm", "--gemm-sizes", "32", "--gemm-ms", "5",
+                    "--precision", "tf32,fp16"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual([(r["precision"], r["out_dtype"]) for r in rows_of(proc)], [("tf32", "F32"), ("fp16", "F16")])
+
     def test_bad_names_are_usage_errors(self):
         for args, word in ((["--precision", "fp8"], "fp8"), (["--gemm-types", "bf16-f16"], "bf16-f16"),
                            (["--gemm-types", "fp32-f32"], "fp32-f32")):
@@ -220,7 +292,7 @@ class TridentBench(unittest.TestCase):
             kinds = sorted((r["bench"], r["precision"]) for r in single["records"])
             self.assertEqual(kinds, [("gemm", "bf16"), ("gemm", "fp32"), ("inference", "fp32"),
                                      ("train", "bf16"), ("train", "fp32")])
-            self.assertEqual([p["part"] for p in single["parts"]], ["train mlp", "gemm", "inference"])
+            self.assertEqual([p["part"] for p in single["parts"]], ["gemm", "train mlp", "inference"])
             self.assertTrue(single["headline"])
             self.assertIn("== mixed precision (issue 12)", proc.stdout)
         finally:

@@ -3,7 +3,7 @@
 
     torch_reference.py [--device cpu|cuda] [--models mlp,cnn,mlp-big,resnet] [--batch N] [--big-batch N]
                        [--steps N] [--epochs 4] [--precisions fp32,tf32,bf16,fp16] [--modes eager,compile]
-                       [--threads N] [--gemm-sizes ...] [--gemm-precisions fp32,tf32,bf16,fp16]
+                       [--compile-precisions LIST] [--threads N] [--gemm-sizes ...] [--gemm-precisions fp32,tf32,bf16,fp16]
                        [--no-train] [--no-gemm] [--data DIR|synthetic]
                        [--inference] [--inference-batches 1,1000]
 
@@ -73,6 +73,8 @@ def parse_args(argv=None):
     p.add_argument("--modes", default="eager", type=lambda s: csv(s, MODES, "mode"),
                    help="eager and/or compile (eager)")
     p.add_argument("--compile", action="store_true", help="the same as --modes compile")
+    p.add_argument("--compile-precisions", type=lambda s: csv(s, PRECISIONS, "precision"),
+                   help="the precisions trained in compile mode (default: all of --precisions)")
     p.add_argument("--optimizer-impl", choices=["auto", "fused", "foreach", "plain"], default="auto",
                    help="SGD implementation (auto: fused where available, else PyTorch's default)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
@@ -472,6 +474,9 @@ def training_rows(args, device, model_name, batch, optimizer_impl):
     """Every mode x precision of one model; a failure becomes an error row and the rest go on."""
     for mode in args.modes:
         for precision in args.precisions:
+            if mode == "compile" and args.compile_precisions is not None \
+                    and precision not in args.compile_precisions:
+                continue  # not asked for: no row
             try:
                 measure_training(args, device, model_name, batch, precision, mode, optimizer_impl)
             except Exception as e:  # noqa: BLE001 - recorded, and the next combination runs

@@ -89,7 +89,8 @@ struct Options {
   std::vector<std::optional<Precision>> precisions = {std::nullopt};
   std::vector<int64_t> gemm_sizes;
   std::vector<std::string> gemm_shapes;  // "200x512x784nt": these instead of the square sizes
-  std::vector<GemmType> gemm_types = {parse_gemm_type("fp32")};
+  // GEMM operand types; empty: the --precision list (fp32 where none was given).
+  std::vector<GemmType> gemm_types;
   double gemm_seconds = 0.3;             // length of each of the 3 timed GEMM batches
   std::vector<int64_t> inference_batches = {1, 1000};
   bool train = true, gemm = true, capture = true, inference = false, list_devices = false;
@@ -114,9 +115,9 @@ const char* kUsage =
     "  --precision  train each model in each of these (fp32,tf32,bf16,fp16; default:\n"
     "               TRIDENT_PRECISION, else fp32); a type the device does not hold: a skipped row\n"
     "  --gemm       GEMMs only (no training)\n"
-    "  --gemm-types operand types of the timed GEMMs (fp32): fp32, tf32 (float32 with TF32\n"
-    "               tensor cores), bf16 / fp16 (A, B and C 16-bit, float32 accumulation),\n"
-    "               bf16-f32 / fp16-f32 (C float32)\n"
+    "  --gemm-types operand types of the timed GEMMs (default: the --precision list, else\n"
+    "               fp32): fp32, tf32 (float32 with TF32 tensor cores), bf16 / fp16 (A, B and C\n"
+    "               16-bit, float32 accumulation), bf16-f32 / fp16-f32 (C float32)\n"
     "  --gemm-shapes  time these GEMMs (t: that operand stored transposed) instead of the\n"
     "               square sizes\n"
     "  --gemm-ms    milliseconds per timed GEMM batch (300; best of 3)\n"
@@ -598,15 +599,19 @@ int run(const Options& o) {
   if (o.inference)
     for (const std::string& model : split(o.models.empty() ? "mlp,cnn,resnet" : o.models))
       for (int64_t batch : o.inference_batches) emit(measure_inference(o, d, model, batch));
+  std::vector<GemmType> gemm_types = o.gemm_types;
+  if (gemm_types.empty())
+    for (const auto& precision : o.precisions)
+      gemm_types.push_back(parse_gemm_type(precision ? trident::precision_name(*precision) : "fp32"));
   for (const std::string& text : o.gemm_shapes)
-    for (const GemmType& type : o.gemm_types)
+    for (const GemmType& type : gemm_types)
       emit(try_gemm(d, parse_gemm_shape(text), type, o.gemm_seconds, true, failed));
   if (o.gemm && o.gemm_shapes.empty()) {
     std::vector<int64_t> sizes = o.gemm_sizes;
     if (sizes.empty())
       sizes = is_gpu(d) ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                         : std::vector<int64_t>{256, 512, 1024, 2048};
-    for (const GemmType& type : o.gemm_types)
+    for (const GemmType& type : gemm_types)
       for (int64_t n : sizes) emit(try_gemm(d, GemmShape{n, n, n}, type, o.gemm_seconds, false, failed));
   }
   return failed ? 1 : 0;
