@@ -312,8 +312,9 @@ def headline_lines(entries):
     return lines
 
 
-def summary_text(records, entries, load_average=None):
-    """Everything run_bench prints at the end; the headline comes last (a log's tail shows it)."""
+def summary_text(records, entries, load_average=None, notes=()):
+    """Everything run_bench prints at the end; notes (parts cut short or failed) just before the headline,
+    which comes last (a log's tail shows it)."""
     load = f"  load average {load_average:.2f}" if load_average is not None else ""
     out = ["", f"== training: ms/step, samples/s (ratio: samples/s over PyTorch's best){load}"]
     out += training_table(records)
@@ -326,6 +327,9 @@ def summary_text(records, entries, load_average=None):
     if problems:
         out += ["", f"== not measured: {len(problems)} rows (reasons above; errors: "
                     f"{sum(1 for r in problems if r.get('error'))})"]
+    if notes:
+        out += ["", "== incomplete run: a figure below may lack rows (e.g. PyTorch's compiled ones)"]
+        out += ["  " + n for n in notes]
     out += ["", "== mixed precision (issue 12): ratio of samples/s (GEMM: of TFLOP/s); above 1: Trident faster"]
     out += headline_lines(entries)
     return "\n".join(out)

@@ -314,6 +314,18 @@ def torch_version(python):
                           capture_output=True, text=True).stdout.strip()
 
 
+def incomplete_notes(parts_done, failures):
+    """What a run cut short lacks: parts not started, programs ended at the deadline (status -9) or failed."""
+    notes = [f"part '{p['part']}' (round {p['round']}) not run: deadline" for p in parts_done if p.get("skipped")]
+    for f in failures:
+        where = f" on {f['device']}" if f.get("device") else ""
+        if f["status"] == -9:
+            notes.append(f"part '{f['part']}': {f['program']}{where} ended at the deadline; its later rows are missing")
+        else:
+            notes.append(f"part '{f['part']}': {f['program']}{where} exited with status {f['status']}")
+    return notes
+
+
 def single_device(args, bench, python, deadline):
     """Per part, Trident (each device) then PyTorch, back to back, so that a shared machine's load drifts
     as little as possible between the two sides of one ratio."""
@@ -370,7 +382,8 @@ def single_device(args, bench, python, deadline):
             parts_done.append({"part": name, "round": rnd + 1, "seconds": round(time.monotonic() - start, 1)})
             save(False)
     records = save(True)
-    print(summary.summary_text(records, summary.headline(records), load_average()))
+    print(summary.summary_text(records, summary.headline(records), load_average(),
+                               incomplete_notes(parts_done, failures)))
     errors = [r for r in records if r.get("error")]
     return results.path, bool(failures or errors)
 

@@ -217,6 +217,23 @@ class RunBenchPlan(unittest.TestCase):
         self.assertEqual(self.value(parts["train resnet"][1], "--compile-precisions"), "fp32,bf16")
 
 
+class IncompleteRun(unittest.TestCase):
+    def test_cut_parts_are_named_before_the_headline(self):
+        import run_bench
+        notes = run_bench.incomplete_notes(
+            [{"part": "gemm", "round": 1, "seconds": 30}, {"part": "inference", "round": 1, "skipped": "deadline"}],
+            [{"part": "train resnet", "program": "torch_reference.py", "status": -9},
+             {"part": "train mlp-big", "program": "trident_bench", "device": "opencl:1", "status": 1}])
+        self.assertEqual(notes, [
+            "part 'inference' (round 1) not run: deadline",
+            "part 'train resnet': torch_reference.py ended at the deadline; its later rows are missing",
+            "part 'train mlp-big': trident_bench on opencl:1 exited with status 1"])
+        rows = h100_like_rows()
+        lines = summary.summary_text(rows, summary.headline(rows), notes=notes).splitlines()
+        self.assertLess(lines.index("  " + notes[1]), lines.index(next(l for l in lines if "mixed precision" in l)))
+        self.assertNotIn("incomplete run", summary.summary_text(rows, summary.headline(rows)))
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
 
