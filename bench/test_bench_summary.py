@@ -258,8 +258,10 @@ class TridentBench(unittest.TestCase):
         for r in rows:
             self.assertEqual((r["bench"], r["model"], r["device"], r["batch"]), ("train", "mlp", "cpu:0", 8))
             self.assertGreater(r["samples_per_s"], 0)
-        self.assertEqual(rows[0]["staged"], [])
-        self.assertIn("gemm", rows[1]["staged"])  # the CPU computes 16-bit GEMMs through float32
+        self.assertEqual(rows[0]["staged"], [])  # float32 stages nothing
+        families = {"gemm", "elementwise", "channel", "conv2d", "pool", "batchnorm", "head", "gather"}
+        for r in rows[1:]:  # what this CPU backend stages through float32 (it changes as kernels land)
+            self.assertLessEqual(set(r["staged"]), families, r["staged"])
         self.assertIsNone(rows[1]["loss_scale"])
         self.assertGreater(rows[2]["loss_scale"], 0)  # fp16 scales its loss
 
