@@ -9,6 +9,8 @@ Beside each results file:
   <machine>_precision.png  training ms/step per model x precision x implementation (Trident per device,
                            PyTorch eager and torch.compile)
   <machine>_gemm.png       GEMM TFLOP/s against n, per implementation and type
+  <machine>_issue12.png    the mixed-precision figures (run_bench's "headline", recomputed from the records),
+                           one bar each; a figure not measured is named with an empty bar
   <machine>_scaling.png    when the file has a scaling run: samples/s and efficiency against GPU count
 Needs matplotlib (Debian: python3-matplotlib).
 """
@@ -187,8 +189,34 @@ def plot_scaling(result, out_path):
     return True
 
 
+def plot_headline(result, out_path):
+    """The issue-12 figures as horizontal bars (ratio; 1 = parity), recomputed from the records so that an
+    older file gets them too; drawn only when at least one was measured."""
+    records = result.get("single", {}).get("records", [])
+    entries = summary.headline(records) if records else []
+    if not any(e["ratio"] is not None for e in entries):
+        return False
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(entries) + 1.4))
+    ys = range(len(entries))[::-1]
+    values = [e["ratio"] or 0 for e in entries]
+    ax.barh(list(ys), values, color=["tab:purple" if e["ratio"] else "lightgrey" for e in entries])
+    for y, e in zip(ys, entries):
+        text = f" x{e['ratio']:.2f}" if e["ratio"] is not None else " not measured"
+        ax.text(e["ratio"] or 0, y, text, va="center", fontsize=7)
+    ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([e["name"] for e in entries], fontsize=7)
+    ax.set_xlabel("ratio (samples/s; GEMM TFLOP/s): above 1, the numerator is faster", fontsize=8)
+    ax.margins(x=0.15)
+    ax.set_title(title(result), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 PLOTS = (("_ratios.png", plot_ratios), ("_precision.png", plot_precision), ("_gemm.png", plot_gemm),
-         ("_scaling.png", plot_scaling))
+         ("_issue12.png", plot_headline), ("_scaling.png", plot_scaling))
 
 
 def main(paths):

@@ -217,6 +217,26 @@ class RunBenchPlan(unittest.TestCase):
         self.assertEqual(self.value(parts["train resnet"][1], "--compile-precisions"), "fp32,bf16")
 
 
+class Plots(unittest.TestCase):
+    def test_every_plot_of_a_gpu_run(self):
+        try:
+            import plot_results
+        except ImportError as e:
+            self.skipTest(f"no matplotlib ({e})")
+        work = tempfile.mkdtemp(dir=WORK)
+        try:
+            rows = h100_like_rows()
+            path = os.path.join(work, "gpu.json")
+            with open(path, "w") as f:
+                json.dump({"machine": "gpu", "single": {"records": rows, "ratios": summary.all_ratios(rows)}}, f)
+            written = plot_results.main([path])
+            self.assertEqual(sorted(os.path.basename(p) for p in written),
+                             ["gpu_gemm.png", "gpu_issue12.png", "gpu_precision.png", "gpu_ratios.png"])
+            self.assertTrue(all(os.path.getsize(p) > 1000 for p in written))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class IncompleteRun(unittest.TestCase):
     def test_cut_parts_are_named_before_the_headline(self):
         import run_bench
