@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Checks of the benchmark's bookkeeping (ctest bench_scripts, a few seconds on 2 cores):
+"""Checks of the benchmark's bookkeeping (ctest bench_scripts, about 20 s on 2 idle cores):
 
   - bench_summary.py on made-up rows: each issue-12 ratio comes from the rows it names (decoys of another
     batch, precision, result type or mode are faster, so picking one of them changes the figure), best-of
-    rounds, the ratio lists, old rows without a precision counting as fp32;
+    rounds, the ratio lists, old rows without a precision counting as fp32, a run cut short named;
+  - run_bench.py's default plan on a GPU machine and on a CPU (parts, order, precisions, compile);
+  - plot_results.py's PNGs, where matplotlib is installed;
+  - torch_reference.py's rows per mode and precision on the CPU, where a python has torch;
   - with --bench PATH, trident_bench itself: --precision rows carry the precision trained (and what the
-    device staged), --gemm-types rows their operand and result types, a bad name is a usage error;
-  - run_bench.py --no-torch end to end on the CPU: one results file, complete, with the records, ratios
-    and headline, and a partial file never left behind.
+    device staged), --gemm-types rows their operand and result types (by default --precision's), a bad
+    name is a usage error; and run_bench.py --no-torch end to end on the CPU: one results file,
+    complete, with the records, ratios and headline, and a partial file never left behind.
 
     bench/test_bench_summary.py [--bench build/bench/trident_bench] [--work DIR]
 """
@@ -195,7 +198,7 @@ class RunBenchPlan(unittest.TestCase):
         self.assertEqual(self.value(trident["opencl:1"], "--precision"), "fp32,fp16")
         self.assertEqual(self.value(torch, "--precisions"), "fp32,tf32,bf16,fp16")
         self.assertEqual(self.value(torch, "--modes"), "eager,compile")
-        self.assertEqual(self.value(torch, "--compile-precisions"), "tf32,bf16,fp16")
+        self.assertEqual(self.value(torch, "--compile-precisions"), "bf16,fp16,tf32")
         trident, torch = parts["train resnet"]
         self.assertEqual(list(trident), ["cuda:0"])  # not on OpenCL by default
         trident, torch = parts["train mlp,cnn"]
@@ -235,6 +238,41 @@ class Plots(unittest.TestCase):
             self.assertTrue(all(os.path.getsize(p) > 1000 for p in written))
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def python_with_torch():
+    for py in (sys.executable, "/usr/bin/python3"):
+        if os.path.exists(py) and subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+class TorchReference(unittest.TestCase):
+    """bench/torch_reference.py on the CPU with tiny counts (where a python has torch, 1.13 or 2.x)."""
+
+    def test_rows_per_mode_and_precision(self):
+        py = python_with_torch()
+        if not py:
+            self.skipTest("no python with torch")
+        proc = run([py, os.path.join(HERE, "torch_reference.py"), "--device", "cpu", "--models", "mlp",
+                    "--data", "synthetic", "--steps", "2", "--epochs", "2", "--batch", "8", "--threads", "1",
+                    "--precisions", "fp32,tf32,bf16", "--modes", "eager,compile", "--compile-precisions", "bf16,fp32",
+                    "--gemm-sizes", "16", "--gemm-precisions", "fp32,bf16", "--gemm-seconds", "0.005"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rows = rows_of(proc)
+        train = [(r["mode"], r["precision"]) for r in rows if r["bench"] == "train"]
+        self.assertEqual(train, [("eager", "fp32"), ("eager", "tf32"), ("eager", "bf16"),
+                                 ("compile", "bf16"), ("compile", "fp32")])  # --compile-precisions' order
+        by = {(r["mode"], r["precision"]): r for r in rows if r["bench"] == "train"}
+        self.assertGreater(by[("eager", "fp32")]["samples_per_s"], 0)
+        self.assertEqual(by[("eager", "fp32")]["tf32_matmul"], "ieee")
+        self.assertIn("CUDA", by[("eager", "tf32")]["skipped"])  # TF32 is no CPU setting
+        if by[("eager", "bf16")].get("skipped") is None:
+            self.assertEqual(by[("eager", "bf16")]["autocast"], "bfloat16")
+        compiled = by[("compile", "fp32")]
+        self.assertTrue(compiled.get("skipped") or compiled["samples_per_s"] > 0)
+        gemm = [(r["precision"], r["out_dtype"]) for r in rows if r["bench"] == "gemm"]
+        self.assertEqual(gemm, [("fp32", "F32"), ("bf16", "BF16")])
 
 
 class IncompleteRun(unittest.TestCase):

@@ -74,7 +74,8 @@ def parse_args(argv=None):
                    help="eager and/or compile (eager)")
     p.add_argument("--compile", action="store_true", help="the same as --modes compile")
     p.add_argument("--compile-precisions", type=lambda s: csv(s, PRECISIONS, "precision"),
-                   help="the precisions trained in compile mode (default: all of --precisions)")
+                   help="the precisions of --precisions also trained in compile mode, in this order "
+                        "(default: all of --precisions)")
     p.add_argument("--optimizer-impl", choices=["auto", "fused", "foreach", "plain"], default="auto",
                    help="SGD implementation (auto: fused where available, else PyTorch's default)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
@@ -473,10 +474,10 @@ def fused_sgd_problem(device):
 def training_rows(args, device, model_name, batch, optimizer_impl):
     """Every mode x precision of one model; a failure becomes an error row and the rest go on."""
     for mode in args.modes:
-        for precision in args.precisions:
-            if mode == "compile" and args.compile_precisions is not None \
-                    and precision not in args.compile_precisions:
-                continue  # not asked for: no row
+        precisions = args.precisions
+        if mode == "compile" and args.compile_precisions is not None:  # in their order: a deadline ends the last
+            precisions = [p for p in args.compile_precisions if p in args.precisions]
+        for precision in precisions:
             try:
                 measure_training(args, device, model_name, batch, precision, mode, optimizer_impl)
             except Exception as e:  # noqa: BLE001 - recorded, and the next combination runs
