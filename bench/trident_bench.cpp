@@ -22,6 +22,8 @@
 // latency timed. Three warm-up calls (eager, captured, replayed), then calls for about a second
 // (at least 5): ms_per_step is the median call, ms_per_step_min the fastest, samples_per_s =
 // batch / median.
+// GEMMs (bench "gemm"): C[n,n] = A B through Device::gemm in each --gemm-types operand type, else in
+// each --precision's (fp32 when neither is given); GFLOP/s of the best of 3 timed batches.
 // Rows that could not be measured still come out, with ms_per_step null and "skipped" (the
 // device does not hold the precision's type) or "error" (the message); the exit status is then
 // 1 for an error, 0 for skips only, so one failed precision does not cost the others.
