@@ -3,6 +3,8 @@
 
 #include "trident/core/error.h"
 
+#include <string>
+
 namespace trident {
 
 CachingAllocator::~CachingAllocator() { release_all(); }
@@ -31,10 +33,18 @@ void* CachingAllocator::allocate(size_t bytes) {
   try {
     handle = device_.do_allocate(size);
   } catch (const OutOfMemory&) {
+    const size_t was_cached = bytes_cached_;
     for (auto& [block, h] : free_blocks_) device_.do_free(h);
     free_blocks_.clear();
     bytes_cached_ = 0;
-    handle = device_.do_allocate(size);  // a second failure propagates to the caller
+    try {
+      handle = device_.do_allocate(size);
+    } catch (const OutOfMemory& e) {
+      // The device's message names the requested and free bytes; add what the pool held.
+      throw OutOfMemory(std::string(e.what()) + " (Trident's pool had " +
+                        std::to_string(was_cached) + " bytes cached, released before a retry; " +
+                        std::to_string(bytes_in_use_) + " bytes are in use by live tensors)");
+    }
   }
   ++driver_allocations_;
   used_blocks_.emplace(handle, size);

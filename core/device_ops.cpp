@@ -333,7 +333,9 @@ void Device::gemm(const GemmArgs& in) {
   Staging stage(*this, OpFamily::gemm);
   g.a = stage.in(g.a);
   g.b = stage.in(g.b);
-  g.c = stage.out(g.c, g.beta != 0.0f);
+  // A staged C is written back whole: load it also where the tensor holds more than the m x n
+  // matrix (a row stride past n, a tail), so that what lies outside the matrix comes back as it was.
+  g.c = stage.out(g.c, g.beta != 0.0f || g.c.numel() != g.m * g.n);
   if (g.has_epilogue())
     do_gemm_fused(g);
   else

@@ -48,6 +48,7 @@ reference::HostUpdateControl host_control(const UpdateControl& c) {
   h.schedule_rows = c.schedule.defined() ? c.schedule.numel() / 2 : 0;
   h.grad_sumsq = at(c.grad_sumsq);
   h.max_norm = c.max_norm;
+  h.loss_scale = at(c.loss_scale);
   return h;
 }
 

@@ -1,7 +1,8 @@
-// CUDA-specific behaviour through the registry (no CUDA headers, so it builds in every
-// configuration): discovery without a GPU, device info, allocation failures, graph capture and
-// replay (a whole training step of the new ops too), capture fallback, the cuBLASLt epilogue with
-// misaligned operands, deterministic grid reductions, and a convolution split into chunks.
+// CUDA-specific behaviour through the registry (CUDA's runtime header only where CUDA is built,
+// for the driver's free-memory figure): discovery without a GPU, device info, allocation
+// failures and their leak check, graph capture and replay (a whole training step of the new ops
+// too), capture fallback, the cuBLASLt epilogue with misaligned operands, deterministic grid
+// reductions, and a convolution split into chunks.
 #include <catch2/catch.hpp>
 
 #include "trident/core/allocator.h"
@@ -18,6 +19,10 @@
 #include "trident/core/error.h"
 #include "trident/core/registry.h"
 #include "trident/core/tensor.h"
+
+#if TRIDENT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 using namespace trident;
 using Catch::Matchers::Contains;
@@ -229,6 +234,57 @@ TEST_CASE("cuda: an impossible allocation is OutOfMemory naming requested and fr
     CHECK(t.to_host() == std::vector<float>(4, 0.0f));
   }
 }
+
+#if TRIDENT_HAVE_CUDA
+// The driver's free bytes on the CUDA device `id` ("cuda:N").
+size_t driver_free_bytes(const std::string& id) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaSetDevice(std::stoi(id.substr(id.find(':') + 1)));
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  return free_bytes;
+}
+
+// A batch that cannot fit, 1000 times in one process: each failure releases the pool's cached
+// blocks, retries, and raises OutOfMemory naming requested, free and cached bytes; nothing leaks
+// on that path, so the driver's free memory comes back to where it was (the cached blocks
+// included, as they are handed back). [oom]: excluded from sanitizer runs, as above.
+TEST_CASE("cuda: 1000 allocations that cannot fit each raise OutOfMemory, and device memory "
+          "returns to its baseline",
+          "[cuda][oom]") {
+  for (Device* d : cuda_devices()) {
+    INFO(d->info().id());
+    { Tensor a = Tensor::zeros(*d, {1 << 20}), b = Tensor::zeros(*d, {1 << 18}); }
+    d->synchronize();
+    const size_t cached = d->allocator().bytes_cached();
+    REQUIRE(cached > 0);
+    const size_t baseline = driver_free_bytes(d->info().id()) + cached;
+    REQUIRE(baseline > cached);
+    // A whole number of MiB, as the pool rounds large requests: the message names this size.
+    const size_t too_big = ((baseline >> 20) + 8192) << 20;
+    int failures = 0;
+    for (int i = 0; i < 1000; ++i) {
+      try {
+        d->allocator().allocate(too_big);
+        FAIL("allocating " << too_big << " bytes succeeded");
+      } catch (const OutOfMemory& e) {
+        ++failures;
+        if (i == 0) {
+          CHECK_THAT(e.what(), Contains("cannot allocate " + std::to_string(too_big)));
+          CHECK_THAT(e.what(), Contains("bytes are free"));
+          CHECK_THAT(e.what(), Contains(std::to_string(cached) + " bytes cached"));
+        }
+      }
+    }
+    CHECK(failures == 1000);
+    d->synchronize();
+    const size_t after = driver_free_bytes(d->info().id());
+    INFO("free before " << baseline << " bytes (cached blocks included), after " << after);
+    CHECK(after + (size_t(64) << 20) >= baseline);
+    Tensor t = Tensor::zeros(*d, {4});
+    CHECK(t.to_host() == std::vector<float>(4, 0.0f));
+  }
+}
+#endif  // TRIDENT_HAVE_CUDA
 
 TEST_CASE("cuda: a captured step replays with fresh on-device state", "[cuda][capture]") {
   for (Device* d : cuda_devices()) {

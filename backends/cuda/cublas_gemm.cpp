@@ -21,22 +21,27 @@ int checked_int(int64_t value, const char* what) {
 }
 
 // The largest power of two (up to 256) dividing the address: cuBLASLt must only pick kernels
-// that work for the actual alignment (parameters sit at any float offset of a flat buffer).
+// that work for the actual alignment (parameters sit at any element offset of a flat buffer).
 uint32_t alignment_of(const void* p) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   uint32_t alignment = 256;
-  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  while (alignment > 2 && address % alignment != 0) alignment /= 2;
   return alignment;
 }
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 }  // namespace
 
 bool CublasGemm::PlanKey::operator==(const PlanKey& o) const {
   return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
          align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
-         trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias && relu == o.relu;
+         trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias && relu == o.relu &&
+         ab_type == o.ab_type && c_type == o.c_type && tf32 == o.tf32;
 }
 
 size_t CublasGemm::PlanKeyHash::operator()(const PlanKey& key) const {
@@ -45,7 +50,8 @@ size_t CublasGemm::PlanKeyHash::operator()(const PlanKey& key) const {
                             uint64_t(key.align_a) | uint64_t(key.align_b) << 16 |
                                 uint64_t(key.align_c) << 32 | uint64_t(key.trans_a) << 48 |
                                 uint64_t(key.trans_b) << 50 | uint64_t(key.bias) << 52 |
-                                uint64_t(key.relu) << 54};
+                                uint64_t(key.relu) << 54 | uint64_t(key.ab_type) << 56 |
+                                uint64_t(key.c_type) << 59 | uint64_t(key.tf32) << 62};
   uint64_t h = 1469598103934665603ull;
   for (uint64_t w : words) h = (h ^ w) * 1099511628211ull;
   return size_t(h);
@@ -85,24 +91,51 @@ CublasGemm::~CublasGemm() {
   cudaFree(workspace_);
 }
 
-void CublasGemm::sgemm(const GemmCall& g) {
+cublasComputeType_t CublasGemm::compute_type(DType ab_type, bool tf32) const {
+  if (ab_type != DType::f32) return CUBLAS_COMPUTE_32F;  // 16-bit: tensor cores, float32 sums
+  return tf32_ || tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+void CublasGemm::gemm(const GemmCall& g) {
   const int M = checked_int(g.m, "m"), N = checked_int(g.n, "n"), K = checked_int(g.k, "k");
   const int LDA = checked_int(g.lda, "lda"), LDB = checked_int(g.ldb, "ldb");
   const int LDC = checked_int(g.ldc, "ldc");
-  if (g.batch == 1) {
-    TRIDENT_CUDA_CHECK(cublasSgemm(blas_, op(g.trans_b), op(g.trans_a), N, M, K, &g.alpha, g.b,
-                                   LDB, g.a, LDA, &g.beta, g.c, LDC),
+  // float32 as the device is set (TF32 or not): cublasSgemm, as before 16-bit types existed.
+  if (g.ab_type == DType::f32 && g.c_type == DType::f32 && (tf32_ || !g.tf32)) {
+    const float* a = static_cast<const float*>(g.a);
+    const float* b = static_cast<const float*>(g.b);
+    float* c = static_cast<float*>(g.c);
+    if (g.batch == 1) {
+      TRIDENT_CUDA_CHECK(cublasSgemm(blas_, op(g.trans_b), op(g.trans_a), N, M, K, &g.alpha, b,
+                                     LDB, a, LDA, &g.beta, c, LDC),
+                         ordinal_);
+      return;
+    }
+    TRIDENT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, op(g.trans_b), op(g.trans_a), N, M, K,
+                                                 &g.alpha, b, LDB, g.stride_b, a, LDA,
+                                                 g.stride_a, &g.beta, c, LDC, g.stride_c,
+                                                 checked_int(g.batch, "batch")),
                        ordinal_);
     return;
   }
-  TRIDENT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, op(g.trans_b), op(g.trans_a), N, M, K,
-                                               &g.alpha, g.b, LDB, g.stride_b, g.a, LDA,
-                                               g.stride_a, &g.beta, g.c, LDC, g.stride_c,
-                                               checked_int(g.batch, "batch")),
+  const cudaDataType_t ab = cuda_type(g.ab_type), ct = cuda_type(g.c_type);
+  const cublasComputeType_t compute = compute_type(g.ab_type, g.tf32);
+  if (g.batch == 1) {
+    TRIDENT_CUDA_CHECK(cublasGemmEx(blas_, op(g.trans_b), op(g.trans_a), N, M, K, &g.alpha, g.b,
+                                    ab, LDB, g.a, ab, LDA, &g.beta, g.c, ct, LDC, compute,
+                                    CUBLAS_GEMM_DEFAULT),
+                       ordinal_);
+    return;
+  }
+  TRIDENT_CUDA_CHECK(cublasGemmStridedBatchedEx(blas_, op(g.trans_b), op(g.trans_a), N, M, K,
+                                                &g.alpha, g.b, ab, LDB, g.stride_b, g.a, ab, LDA,
+                                                g.stride_a, &g.beta, g.c, ct, LDC, g.stride_c,
+                                                checked_int(g.batch, "batch"), compute,
+                                                CUBLAS_GEMM_DEFAULT),
                      ordinal_);
 }
 
-bool CublasGemm::sgemm_bias_relu(const GemmCall& g, const float* bias, bool relu) {
+bool CublasGemm::gemm_bias_relu(const GemmCall& g, const void* bias, bool relu) {
   if (bias && alignment_of(bias) < 16) return false;  // its epilogue loads need 16 bytes
   const PlanKey key{g.m,
                     g.n,
@@ -116,7 +149,10 @@ bool CublasGemm::sgemm_bias_relu(const GemmCall& g, const float* bias, bool relu
                     uint8_t(g.trans_a),
                     uint8_t(g.trans_b),
                     uint8_t(bias != nullptr),
-                    uint8_t(relu)};
+                    uint8_t(relu),
+                    uint8_t(g.ab_type),
+                    uint8_t(g.c_type),
+                    uint8_t(g.tf32)};
   const Plan& p = plan(key, bias);
   if (!p.usable) return false;
   if (bias)
@@ -130,12 +166,13 @@ bool CublasGemm::sgemm_bias_relu(const GemmCall& g, const float* bias, bool relu
   return true;
 }
 
-const CublasGemm::Plan& CublasGemm::plan(const PlanKey& key, const float* bias) {
+const CublasGemm::Plan& CublasGemm::plan(const PlanKey& key, const void* bias) {
   std::lock_guard<std::mutex> lock(plans_mutex_);
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
   Plan& plan = plans_[key];  // stays (unusable) if anything below throws
-  const cublasComputeType_t compute = tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = compute_type(DType(key.ab_type), key.tf32 != 0);
+  const cudaDataType_t ab = cuda_type(DType(key.ab_type)), ct = cuda_type(DType(key.c_type));
   TRIDENT_CUDA_CHECK(cublasLtMatmulDescCreate(&plan.operation, compute, CUDA_R_32F), ordinal_);
   const cublasOperation_t first_op = op(key.trans_b), second_op = op(key.trans_a);
   TRIDENT_CUDA_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -158,12 +195,9 @@ const CublasGemm::Plan& CublasGemm::plan(const PlanKey& key, const float* bias) 
   // is B, stored [K,N] row-major = [N,K] column-major (or [K,N] when trans_b); second is A.
   const uint64_t b_rows = key.trans_b ? key.k : key.n, b_cols = key.trans_b ? key.n : key.k;
   const uint64_t a_rows = key.trans_a ? key.m : key.k, a_cols = key.trans_a ? key.k : key.m;
-  TRIDENT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, b_rows, b_cols, key.ldb),
-                     ordinal_);
-  TRIDENT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, a_rows, a_cols, key.lda),
-                     ordinal_);
-  TRIDENT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, key.n, key.m, key.ldc),
-                     ordinal_);
+  TRIDENT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.a, ab, b_rows, b_cols, key.ldb), ordinal_);
+  TRIDENT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.b, ab, a_rows, a_cols, key.lda), ordinal_);
+  TRIDENT_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.c, ct, key.n, key.m, key.ldc), ordinal_);
 
   cublasLtMatmulPreference_t preference = nullptr;
   TRIDENT_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&preference), ordinal_);

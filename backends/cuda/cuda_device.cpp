@@ -6,6 +6,7 @@
 #include "trident/backends/cuda/cuda_check.h"
 #include "trident/core/error.h"
 #include "trident/core/log.h"
+#include "trident/kernels/cuda/convert.h"
 #include "trident/kernels/cuda/elementwise.h"
 
 namespace trident::cuda {
@@ -165,11 +166,29 @@ void CudaDevice::do_fill(const Tensor& dst, float value) {
     case DType::i32:
       launch_fill_i32(ctx, device_ptr<int32_t>(dst), dst.numel(), int32_t(value));
       break;
+    case DType::f16:
+    case DType::bf16:
+      launch_fill_half(ctx, device_ptr<void>(dst), dst.dtype(), dst.numel(), value);
+      break;
     default:
-      throw ShapeError(info_.id() + ": fill with a non-zero value supports F32 and I32, not " +
+      throw ShapeError(info_.id() + ": fill with a non-zero value supports floats and I32, not " +
                        dtype_name(dst.dtype()));
   }
   check_launch("fill");
+}
+
+bool CudaDevice::do_native(OpFamily, DType dtype) const { return is_half(dtype); }
+
+void CudaDevice::do_convert(const Tensor& src, const Tensor& dst) {
+  launch_convert(kernel_context(), device_ptr<const void>(src), src.dtype(),
+                 device_ptr<void>(dst), dst.dtype(), src.numel());
+  check_launch("convert");
+}
+
+void CudaDevice::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
+  launch_scale(kernel_context(), device_ptr<const void>(x), x.dtype(),
+               device_ptr<const float>(factor), device_ptr<void>(y), y.dtype(), x.numel());
+  check_launch("scale");
 }
 
 void CudaDevice::do_synchronize() {

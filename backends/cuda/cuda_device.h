@@ -41,6 +41,10 @@ class CudaDevice final : public Device {
   void do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
   void do_fill(const Tensor& dst, float value) override;
   void do_synchronize() override;
+  // 16-bit floats: every family computes them natively (float32 arithmetic inside the kernels).
+  bool do_native(OpFamily family, DType dtype) const override;
+  void do_convert(const Tensor& src, const Tensor& dst) override;
+  void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) override;
   std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override;
 
   // ---- ops_gemm.cpp
@@ -119,6 +123,8 @@ class CudaDevice final : public Device {
   void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
                       const Tensor& v, const AdamParams& hp, const UpdateControl& control,
                       const Tensor& step_state) override;
+  void do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                            const LossScaleParams& params) override;
 
  private:
   // Makes the device current and returns what its kernels are launched with; the error flag
@@ -145,6 +151,10 @@ T* device_ptr(DeviceMemory m) {
 template <typename T = float>
 T* device_ptr(const Tensor& t) {
   return device_ptr<T>(t.memory());
+}
+// A float tensor's data and type for the launchers of mixed types ({nullptr} when undefined).
+inline FloatData float_data(const Tensor& t) {
+  return t.defined() ? FloatData{device_ptr<void>(t), t.dtype()} : FloatData{};
 }
 
 }  // namespace trident::cuda

@@ -1,4 +1,5 @@
-// CudaDevice's batch-normalisation slots (kernels/cuda/batchnorm.cu).
+// CudaDevice's batch-normalisation slots (kernels/cuda/batchnorm.cu); x, y, dy and dx share one
+// float type (the front checks it), the parameters and statistics are float32.
 #include "trident/backends/cuda/cuda_device.h"
 #include "trident/kernels/cuda/batchnorm.h"
 
@@ -9,10 +10,10 @@ void CudaDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, co
                                       const Tensor& running_mean, const Tensor& running_var,
                                       const Tensor& y, const Tensor& save_mean,
                                       const Tensor& save_invstd) {
-  launch_batchnorm_forward(kernel_context(), s, training, device_ptr<const float>(x),
+  launch_batchnorm_forward(kernel_context(), x.dtype(), s, training, device_ptr<const void>(x),
                            device_ptr<const float>(gamma), device_ptr<const float>(beta),
                            device_ptr<float>(running_mean), device_ptr<float>(running_var),
-                           device_ptr<float>(y), device_ptr<float>(save_mean),
+                           device_ptr<void>(y), device_ptr<float>(save_mean),
                            device_ptr<float>(save_invstd));
   check_launch("batchnorm_forward");
 }
@@ -22,9 +23,10 @@ void CudaDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x,
                                        const Tensor& save_mean, const Tensor& save_invstd,
                                        const Tensor& dx, const Tensor& dgamma,
                                        const Tensor& dbeta) {
-  launch_batchnorm_backward(kernel_context(), s, device_ptr<const float>(x), device_ptr<const float>(dy),
-                            device_ptr<const float>(gamma), device_ptr<const float>(save_mean),
-                            device_ptr<const float>(save_invstd), device_ptr<float>(dx),
+  launch_batchnorm_backward(kernel_context(), x.dtype(), s, device_ptr<const void>(x),
+                            device_ptr<const void>(dy), device_ptr<const float>(gamma),
+                            device_ptr<const float>(save_mean),
+                            device_ptr<const float>(save_invstd), device_ptr<void>(dx),
                             device_ptr<float>(dgamma), device_ptr<float>(dbeta));
   check_launch("batchnorm_backward");
 }

@@ -3,6 +3,8 @@
 //
 // Workspace, per chunk of samples: col [chunk, CKK + 1, P] then dw_part [chunk, OC, CKK + 1]
 // (CKK = C*KH*KW, P = OH*OW). The whole batch is one chunk unless that would pass 1 GiB.
+// x, w, y, dx, dy and col are of s.dtype (16-bit: tensor-core GEMMs with float32 accumulation);
+// dw_part, dw and db are float32, so that the weight gradient is summed in float32.
 // Forward:  y = b (broadcast, in the im2col launch); y_n[OC, P] += W[OC, CKK] col_n[CKK, P];
 //           col_n gets a row of ones for the backward. With one chunk the workspace then holds
 //           the columns of x, and the forward says so (the front tells the backward).
@@ -13,6 +15,7 @@
 // Pointwise (1x1, stride 1, no padding): col_n is x_n itself, so there is no im2col, dx_n =
 // W^T dy_n directly, db comes from channel_sums, and the workspace holds only dw_part.
 #include <algorithm>
+#include <type_traits>
 
 #include "trident/backends/cuda/cublas_gemm.h"
 #include "trident/backends/cuda/cuda_device.h"
@@ -23,17 +26,18 @@
 namespace trident::cuda {
 namespace {
 
-constexpr int64_t kChunkFloats = int64_t(1) << 28;  // 1 GiB of workspace per chunk at most
+constexpr int64_t kChunkBytes = int64_t(1) << 30;  // 1 GiB of workspace per chunk at most
 
-size_t round_floats(int64_t floats) { return size_t((floats + 63) / 64 * 64); }  // 256 bytes
+size_t round_bytes(int64_t bytes) { return size_t((bytes + 255) / 256 * 256); }
 
 struct ConvPlan {
   int64_t ckk, p, oc, in_size, out_size;  // in_size / out_size: one sample of x / y
+  int64_t element;     // bytes of an element of s.dtype
   bool pointwise;
   int64_t rows;        // rows of a sample's col: CKK + 1 (the ones row); 0 when pointwise
   int64_t dw_columns;  // CKK + 1, or CKK when pointwise (db then comes from channel_sums)
   int64_t chunk;       // samples per pass
-  size_t col_floats, dw_part_floats;
+  size_t col_bytes, dw_part_bytes;
 
   explicit ConvPlan(const Conv2dShape& s)
       : ckk(s.patch_size()),
@@ -41,14 +45,21 @@ struct ConvPlan {
         oc(s.out_channels),
         in_size(s.in_channels * s.height * s.width),
         out_size(s.out_channels * s.out_height() * s.out_width()),
+        element(int64_t(dtype_size(s.dtype))),
         pointwise(s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
                   s.pad_h == 0 && s.pad_w == 0),
         rows(pointwise ? 0 : ckk + 1),
         dw_columns(pointwise ? ckk : ckk + 1) {
-    const int64_t per_sample = rows * p + oc * dw_columns;
-    chunk = std::min(s.batch, std::max<int64_t>(1, kChunkFloats / per_sample));
-    col_floats = round_floats(chunk * rows * p);
-    dw_part_floats = round_floats(chunk * oc * dw_columns);
+    const int64_t per_sample = rows * p * element + oc * dw_columns * int64_t(sizeof(float));
+    chunk = std::min(s.batch, std::max<int64_t>(1, kChunkBytes / per_sample));
+    col_bytes = round_bytes(chunk * rows * p * element);
+    dw_part_bytes = round_bytes(chunk * oc * dw_columns * int64_t(sizeof(float)));
+  }
+  // Sample n of a tensor of s.dtype whose samples are `size` elements apart.
+  template <typename T>
+  T* sample(T* base, int64_t n, int64_t size) const {
+    using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+    return reinterpret_cast<T*>(reinterpret_cast<Byte*>(base) + n * size * element);
   }
   bool one_chunk(const Conv2dShape& s) const { return chunk >= s.batch; }
 };
@@ -58,32 +69,33 @@ struct ConvPlan {
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   if (s.batch == 0) return 0;
   const ConvPlan plan(s);
-  return (plan.col_floats + plan.dw_part_floats) * sizeof(float);
+  return plan.col_bytes + plan.dw_part_bytes;
 }
 
 bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                    const Tensor& b, const Tensor& y, const Tensor& workspace) {
   const KernelContext ctx = kernel_context();
   const ConvPlan plan(s);
-  float* col = device_ptr<float>(workspace);
+  void* col = device_ptr<void>(workspace);
   const float* bias = device_ptr<const float>(b);
   for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
     const int64_t samples = std::min(plan.chunk, s.batch - n0);
-    const float* x_n = device_ptr<const float>(x) + n0 * plan.in_size;
-    float* y_n = device_ptr<float>(y) + n0 * plan.out_size;
+    const void* x_n = plan.sample(device_ptr<const void>(x), n0, plan.in_size);
+    void* y_n = plan.sample(device_ptr<void>(y), n0, plan.out_size);
     // y = bias (and the columns with their ones row), so that the GEMM adds into y.
     launch_im2col(ctx, s, samples, plan.pointwise ? nullptr : x_n,
                   plan.pointwise ? nullptr : col, plan.rows, true, bias, y_n);
     check_launch("im2col");
     GemmCall g;  // y_n[OC, P] (+)= W[OC, CKK] col_n[CKK, P]
+    g.ab_type = g.c_type = s.dtype, g.tf32 = s.allow_tf32;
     g.m = plan.oc, g.n = plan.p, g.k = plan.ckk;
-    g.a = device_ptr<const float>(w), g.lda = plan.ckk, g.stride_a = 0;
+    g.a = device_ptr<const void>(w), g.lda = plan.ckk, g.stride_a = 0;
     g.b = plan.pointwise ? x_n : col, g.ldb = plan.p;
     g.stride_b = plan.pointwise ? plan.in_size : plan.rows * plan.p;
     g.c = y_n, g.ldc = plan.p, g.stride_c = plan.out_size;
     g.beta = bias ? 1.0f : 0.0f;
     g.batch = samples;
-    gemm_->sgemm(g);
+    gemm_->gemm(g);
   }
   return !plan.pointwise && plan.one_chunk(s);
 }
@@ -94,19 +106,20 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
                                     bool workspace_valid) {
   const KernelContext ctx = kernel_context();
   const ConvPlan plan(s);
-  float* col = device_ptr<float>(workspace);
-  float* dw_part = col + plan.col_floats;
+  void* col = device_ptr<void>(workspace);
+  float* dw_part = reinterpret_cast<float*>(device_ptr<char>(workspace) + plan.col_bytes);
   // Valid only after a forward that kept the columns: one chunk, not pointwise.
   const bool reuse = workspace_valid && plan.one_chunk(s) && !plan.pointwise;
   for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
     const int64_t samples = std::min(plan.chunk, s.batch - n0);
-    const float* x_n = device_ptr<const float>(x) + n0 * plan.in_size;
-    const float* dy_n = device_ptr<const float>(dy) + n0 * plan.out_size;
+    const void* x_n = plan.sample(device_ptr<const void>(x), n0, plan.in_size);
+    const void* dy_n = plan.sample(device_ptr<const void>(dy), n0, plan.out_size);
     if (!plan.pointwise && !reuse) {
       launch_im2col(ctx, s, samples, x_n, col, plan.rows, true, nullptr, nullptr);
       check_launch("im2col");
     }
     GemmCall gw;  // dw_part_n[OC, dw_columns] = dy_n[OC, P] col_n[dw_columns, P]^T
+    gw.ab_type = s.dtype, gw.c_type = DType::f32, gw.tf32 = s.allow_tf32;
     gw.trans_b = true;
     gw.m = plan.oc, gw.n = plan.dw_columns, gw.k = plan.p;
     gw.a = dy_n, gw.lda = plan.p, gw.stride_a = plan.out_size;
@@ -114,42 +127,43 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
     gw.stride_b = plan.pointwise ? plan.in_size : plan.rows * plan.p;
     gw.c = dw_part, gw.ldc = plan.dw_columns, gw.stride_c = plan.oc * plan.dw_columns;
     gw.batch = samples;
-    gemm_->sgemm(gw);
+    gemm_->gemm(gw);
     launch_conv_grad_reduce(ctx, dw_part, samples, plan.oc, plan.ckk, !plan.pointwise,
                             device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
     check_launch("conv_grad_reduce");
     if (!dx.defined()) continue;
-    float* dx_n = device_ptr<float>(dx) + n0 * plan.in_size;
+    void* dx_n = plan.sample(device_ptr<void>(dx), n0, plan.in_size);
     GemmCall gx;  // dcol_n[CKK, P] = W[OC, CKK]^T dy_n[OC, P]: into dx_n, or over col_n
+    gx.ab_type = gx.c_type = s.dtype, gx.tf32 = s.allow_tf32;
     gx.trans_a = true;
     gx.m = plan.ckk, gx.n = plan.p, gx.k = plan.oc;
-    gx.a = device_ptr<const float>(w), gx.lda = plan.ckk, gx.stride_a = 0;
+    gx.a = device_ptr<const void>(w), gx.lda = plan.ckk, gx.stride_a = 0;
     gx.b = dy_n, gx.ldb = plan.p, gx.stride_b = plan.out_size;
     gx.c = plan.pointwise ? dx_n : col, gx.ldc = plan.p;
     gx.stride_c = plan.pointwise ? plan.in_size : plan.rows * plan.p;
     gx.batch = samples;
-    gemm_->sgemm(gx);
+    gemm_->gemm(gx);
     if (plan.pointwise) continue;
     launch_col2im(ctx, s, samples, col, plan.rows, dx_n);
     check_launch("col2im");
   }
   if (plan.pointwise && db.defined()) {
-    launch_channel_sums(ctx, device_ptr<const float>(dy), nullptr, device_ptr<float>(db),
-                        s.batch, plan.oc, plan.p, 0.0f);
+    launch_channel_sums(ctx, s.dtype, device_ptr<const void>(dy), nullptr,
+                        device_ptr<float>(db), s.batch, plan.oc, plan.p, 0.0f);
     check_launch("channel_sums");
   }
   return !plan.pointwise && plan.one_chunk(s) && !dx.defined();
 }
 
 void CudaDevice::do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
-  launch_im2col(kernel_context(), s, 1, device_ptr<const float>(x), device_ptr<float>(col),
+  launch_im2col(kernel_context(), s, 1, device_ptr<const void>(x), device_ptr<void>(col),
                 s.patch_size(), false, nullptr, nullptr);
   check_launch("im2col");
 }
 
 void CudaDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
-  launch_col2im(kernel_context(), s, 1, device_ptr<const float>(col), s.patch_size(),
-                device_ptr<float>(dx));
+  launch_col2im(kernel_context(), s, 1, device_ptr<const void>(col), s.patch_size(),
+                device_ptr<void>(dx));
   check_launch("col2im");
 }
 

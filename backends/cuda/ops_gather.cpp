@@ -30,7 +30,7 @@ void CudaDevice::do_gather_samples(const Tensor& src, const Tensor& table,
   launch_gather_samples(kernel_context(true), device_ptr<const void>(src), src.dtype() == DType::u8,
                         src.dim(0), src.dim(1), src.dim(2), src.dim(3),
                         device_ptr<const int32_t>(table), table.numel(), dst.dim(0),
-                        device_ptr<const uint32_t>(step_state), args, device_ptr<float>(dst));
+                        device_ptr<const uint32_t>(step_state), args, float_data(dst));
   check_launch("gather_samples");
 }
 

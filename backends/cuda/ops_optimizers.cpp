@@ -12,6 +12,7 @@ UpdateControlArgs control_args(const UpdateControl& c) {
   args.schedule_rows = c.schedule.defined() ? c.schedule.numel() / 2 : 0;
   args.grad_sumsq = device_ptr<const float>(c.grad_sumsq);
   args.max_norm = c.max_norm;
+  args.loss_scale = device_ptr<const float>(c.loss_scale);
   return args;
 }
 
@@ -33,6 +34,13 @@ void CudaDevice::do_adam_update(const Tensor& params, const Tensor& grads, const
                      device_ptr<float>(m), device_ptr<float>(v), params.numel(), hp,
                      control_args(control), device_ptr<const uint32_t>(step_state));
   check_launch("adam_update");
+}
+
+void CudaDevice::do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                                      const LossScaleParams& params) {
+  launch_update_loss_scale(kernel_context(), device_ptr<float>(state),
+                           device_ptr<const float>(grad_sumsq), params);
+  check_launch("update_loss_scale");
 }
 
 }  // namespace trident::cuda

@@ -6,22 +6,23 @@
 
 #include "trident/kernels/cuda/batchnorm.h"
 #include "trident/kernels/cuda/channel_reduce.cuh"
+#include "trident/kernels/cuda/float_types.cuh"
 
 namespace trident::cuda {
 namespace {
 
 // Training forward: statistics of channel c, then y = (x - mean) * (invstd * gamma) + beta.
-template <typename I>
+template <typename S, typename I>
 struct BatchNormStatsOp {
   static constexpr int kWords = 3;  // count, mean, sum of squared deviations
   static constexpr bool kApply = true;
   static constexpr int kCoefWords = 3;  // mean, scale, shift
-  const float* x;
+  const S* x;
   const float* gamma;
   const float* beta;
   float* running_mean;
   float* running_var;
-  float* y;
+  S* y;
   float* save_mean;
   float* save_invstd;
   double count;  // values per channel (outer * inner), more than 1
@@ -32,7 +33,7 @@ struct BatchNormStatsOp {
   };
   __device__ Local zero(I) const { return {0.f, 0.f, 0.f}; }
   __device__ void add(Local& l, I at) const {
-    const float v = x[at];
+    const float v = to_float(x[at]);
     l.n += 1.f;
     const float d = v - l.mean;
     l.mean += d / l.n;
@@ -65,23 +66,23 @@ struct BatchNormStatsOp {
     coef[2] = beta ? beta[c] : 0.f;
   }
   __device__ void apply(I at, const float* coef) const {
-    y[at] = (x[at] - coef[0]) * coef[1] + coef[2];
+    y[at] = from_float<S>((to_float(x[at]) - coef[0]) * coef[1] + coef[2]);
   }
 };
 
 // Backward: sum(dy) and sum(dy * (x - mean)) of channel c, then
 // dx = k * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), k = gamma * invstd.
-template <typename I>
+template <typename S, typename I>
 struct BatchNormGradOp {
   static constexpr int kWords = 2;
   static constexpr bool kApply = true;
   static constexpr int kCoefWords = 4;  // mean, k, mean(dy), invstd * mean(dy * xhat)
-  const float* x;
-  const float* dy;
+  const S* x;
+  const S* dy;
   const float* gamma;
   const float* save_mean;
   const float* save_invstd;
-  float* dx;
+  S* dx;
   float* dgamma;
   float* dbeta;
   double count;
@@ -91,9 +92,9 @@ struct BatchNormGradOp {
   };
   __device__ Local zero(I c) const { return {0.f, 0.f, save_mean[c]}; }
   __device__ void add(Local& l, I at) const {
-    const float g = dy[at];
+    const float g = to_float(dy[at]);
     l.sum_dy += g;
-    l.sum_dy_centred += g * (x[at] - l.mean);
+    l.sum_dy_centred += g * (to_float(x[at]) - l.mean);
   }
   __device__ void to_acc(const Local& l, double* acc) const {
     acc[0] = l.sum_dy, acc[1] = l.sum_dy_centred;
@@ -111,69 +112,82 @@ struct BatchNormGradOp {
     coef[3] = float(invstd * sum_dy_xhat / n);
   }
   __device__ void apply(I at, const float* coef) const {
-    dx[at] = coef[1] * (dy[at] - coef[2] - (x[at] - coef[0]) * coef[3]);
+    dx[at] = from_float<S>(coef[1] *
+                           (to_float(dy[at]) - coef[2] - (to_float(x[at]) - coef[0]) * coef[3]));
   }
 };
 
 // Evaluation: y = (x - running_mean) * gamma / sqrt(running_var + eps) + beta.
-template <typename I>
-__global__ void batchnorm_eval_kernel(const float* x, const float* gamma, const float* beta,
+template <typename S, typename I>
+__global__ void batchnorm_eval_kernel(const S* x, const float* gamma, const float* beta,
                                       const float* running_mean, const float* running_var,
-                                      float* y, I total, I channels, Divider<I> by_inner,
+                                      S* y, I total, I channels, Divider<I> by_inner,
                                       Divider<I> by_channels, float eps) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I q = by_inner.div(i);
     const I c = q - by_channels.div(q) * channels;
     const float scale = (gamma ? gamma[c] : 1.f) / sqrtf(running_var[c] + eps);
-    y[i] = (x[i] - running_mean[c]) * scale + (beta ? beta[c] : 0.f);
+    y[i] = from_float<S>((to_float(x[i]) - running_mean[c]) * scale + (beta ? beta[c] : 0.f));
   }
 }
 
-template <typename I>
-void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training, const float* x,
+template <typename S, typename I>
+void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training, const S* x,
                 const float* gamma, const float* beta, float* running_mean, float* running_var,
-                float* y, float* save_mean, float* save_invstd) {
+                S* y, float* save_mean, float* save_invstd) {
   if (training) {
-    const BatchNormStatsOp<I> op{x,         gamma,       beta,  running_mean,
+    const BatchNormStatsOp<S, I> op{x,         gamma,       beta,  running_mean,
                                  running_var, y,         save_mean, save_invstd,
                                  double(s.outer * s.inner), double(s.eps), double(s.momentum)};
     run_channel_reduce<I>(ctx, s.outer, s.channels, s.inner, op);
     return;
   }
   const int64_t total = s.numel();
-  batchnorm_eval_kernel<I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+  batchnorm_eval_kernel<S, I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
       x, gamma, beta, running_mean, running_var, y, I(total), I(s.channels),
       Divider<I>(s.inner), Divider<I>(s.channels), s.eps);
 }
 
 }  // namespace
 
-void launch_batchnorm_forward(const KernelContext& ctx, const BatchNormShape& s, bool training,
-                              const float* x, const float* gamma, const float* beta,
-                              float* running_mean, float* running_var, float* y,
-                              float* save_mean, float* save_invstd) {
+void launch_batchnorm_forward(const KernelContext& ctx, DType type, const BatchNormShape& s,
+                              bool training, const void* x, const float* gamma,
+                              const float* beta, float* running_mean, float* running_var,
+                              void* y, float* save_mean, float* save_invstd) {
   if (s.numel() <= 0) return;
-  if (fits_int32(s.numel()))
-    forward_as<int32_t>(ctx, s, training, x, gamma, beta, running_mean, running_var, y,
-                        save_mean, save_invstd);
-  else
-    forward_as<int64_t>(ctx, s, training, x, gamma, beta, running_mean, running_var, y,
-                        save_mean, save_invstd);
+  with_float_type(type, [&](auto tag) {
+    using S = decltype(tag);
+    const S* xs = static_cast<const S*>(x);
+    S* ys = static_cast<S*>(y);
+    if (fits_int32(s.numel()))
+      forward_as<S, int32_t>(ctx, s, training, xs, gamma, beta, running_mean, running_var, ys,
+                             save_mean, save_invstd);
+    else
+      forward_as<S, int64_t>(ctx, s, training, xs, gamma, beta, running_mean, running_var, ys,
+                             save_mean, save_invstd);
+  });
 }
 
-void launch_batchnorm_backward(const KernelContext& ctx, const BatchNormShape& s, const float* x,
-                               const float* dy, const float* gamma, const float* save_mean,
-                               const float* save_invstd, float* dx, float* dgamma,
-                               float* dbeta) {
+void launch_batchnorm_backward(const KernelContext& ctx, DType type, const BatchNormShape& s,
+                               const void* x, const void* dy, const float* gamma,
+                               const float* save_mean, const float* save_invstd, void* dx,
+                               float* dgamma, float* dbeta) {
   const double count = double(s.outer * s.inner);
-  if (fits_int32(s.numel()) && fits_int32(s.channels))
-    run_channel_reduce<int32_t>(ctx, s.outer, s.channels, s.inner,
-                                BatchNormGradOp<int32_t>{x, dy, gamma, save_mean, save_invstd, dx,
-                                                         dgamma, dbeta, count});
-  else
-    run_channel_reduce<int64_t>(ctx, s.outer, s.channels, s.inner,
-                                BatchNormGradOp<int64_t>{x, dy, gamma, save_mean, save_invstd, dx,
-                                                         dgamma, dbeta, count});
+  with_float_type(type, [&](auto tag) {
+    using S = decltype(tag);
+    const S *xs = static_cast<const S*>(x), *dys = static_cast<const S*>(dy);
+    S* dxs = static_cast<S*>(dx);
+    if (fits_int32(s.numel()) && fits_int32(s.channels))
+      run_channel_reduce<int32_t>(ctx, s.outer, s.channels, s.inner,
+                                  BatchNormGradOp<S, int32_t>{xs, dys, gamma, save_mean,
+                                                              save_invstd, dxs, dgamma, dbeta,
+                                                              count});
+    else
+      run_channel_reduce<int64_t>(ctx, s.outer, s.channels, s.inner,
+                                  BatchNormGradOp<S, int64_t>{xs, dys, gamma, save_mean,
+                                                              save_invstd, dxs, dgamma, dbeta,
+                                                              count});
+  });
 }
 
 }  // namespace trident::cuda

@@ -2,6 +2,7 @@
 // block each, the block's Philox draws made once by thread 0 (the counters and arithmetic of
 // kernels/cpu/gather.cpp, so that crops and flips are bit-identical on every backend).
 #include "trident/core/philox.h"
+#include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/gather.h"
 #include "trident/kernels/cuda/launch.cuh"
 
@@ -46,7 +47,7 @@ __global__ void gather_samples_kernel(const void* src, bool src_is_u8, int64_t s
                                       Divider<I> by_width, const int32_t* table,
                                       int64_t table_size, int64_t rows,
                                       const uint32_t* step_state, SampleTransformArgs t,
-                                      float* dst, int32_t* error) {
+                                      AnyFloat dst, int32_t* error) {
   __shared__ int64_t index, shift_h, shift_w;  // index -1: the sample is written as zeros
   __shared__ bool flip;
   const uint32_t position = step_state[0], step = step_state[1];
@@ -80,10 +81,10 @@ __global__ void gather_samples_kernel(const void* src, bool src_is_u8, int64_t s
       shift_h = dh, shift_w = dw, flip = mirrored;
     }
     __syncthreads();
-    float* out = dst + i * int64_t(sample);
+    const AnyFloat out = dst.offset(i * int64_t(sample));
     for (I e = I(threadIdx.x); e < sample; e += I(blockDim.x)) {
       if (index < 0) {
-        out[e] = 0.f;
+        out.store(e, 0.f);
         continue;
       }
       const I c = by_plane.div(e), rest = e - c * plane;
@@ -97,7 +98,7 @@ __global__ void gather_samples_kernel(const void* src, bool src_is_u8, int64_t s
       }
       const float mean = t.mean ? t.mean[c] : 0.f, inv_std = t.inv_std ? t.inv_std[c] : 1.f;
       // (raw * scale - mean) * inv_std, each step rounded as the CPU rounds it (no FMA).
-      out[e] = __fmul_rn(__fsub_rn(__fmul_rn(raw, t.scale), mean), inv_std);
+      out.store(e, __fmul_rn(__fsub_rn(__fmul_rn(raw, t.scale), mean), inv_std));
     }
     __syncthreads();  // the shared draws are read before the next sample's are written
   }
@@ -143,7 +144,8 @@ void launch_gather_rows(const KernelContext& ctx, const void* src, int64_t src_r
 void launch_gather_samples(const KernelContext& ctx, const void* src, bool src_is_u8,
                            int64_t src_rows, int64_t channels, int64_t height, int64_t width,
                            const int32_t* table, int64_t table_size, int64_t rows,
-                           const uint32_t* step_state, const SampleTransformArgs& t, float* dst) {
+                           const uint32_t* step_state, const SampleTransformArgs& t,
+                           FloatData dst) {
   const int64_t plane = height * width, sample = channels * plane;
   if (rows <= 0 || sample <= 0) return;
   const unsigned blocks = unsigned(rows < kMaxBlocks ? rows : kMaxBlocks);

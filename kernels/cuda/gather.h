@@ -26,12 +26,14 @@ struct SampleTransformArgs {
   uint32_t stream = 0;
   int64_t sample_offset = 0;
 };
-// dst[i] (f32 [C, H, W]) = transform(src[table[step_state[0] * rows + i]]) for i < rows; src is
-// [src_rows, C, H, W] of u8 (src_is_u8) or f32; the draws use step_state[1].
+// dst[i] ([C, H, W] of any float type, computed in float32 and rounded once) =
+// transform(src[table[step_state[0] * rows + i]]) for i < rows; src is [src_rows, C, H, W] of u8
+// (src_is_u8) or f32; the draws use step_state[1].
 void launch_gather_samples(const KernelContext& ctx, const void* src, bool src_is_u8,
                            int64_t src_rows, int64_t channels, int64_t height, int64_t width,
                            const int32_t* table, int64_t table_size, int64_t rows,
-                           const uint32_t* step_state, const SampleTransformArgs& t, float* dst);
+                           const uint32_t* step_state, const SampleTransformArgs& t,
+                           FloatData dst);
 // step_state[0] += 1, step_state[1] += 1.
 void launch_advance_step(const KernelContext& ctx, uint32_t* step_state);
 

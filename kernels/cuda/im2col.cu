@@ -3,6 +3,7 @@
 // input pixel, no atomics: deterministic, in the CPU's order of additions).
 #include <algorithm>
 
+#include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/im2col.h"
 #include "trident/kernels/cuda/launch.cuh"
 
@@ -30,10 +31,11 @@ PatchDims<I> patch_dims(const Conv2dShape& s, int64_t rows_per_sample) {
 }
 
 // Items [0, col_items): (n, c, p), p fastest. Items past col_items: y[n, oc, p] = bias[oc].
-template <typename I>
-__global__ void im2col_kernel(PatchDims<I> d, const float* x, float* col, bool ones_row,
+// Values are copied as stored (S's bits): no rounding.
+template <typename S, typename I>
+__global__ void im2col_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
                               I col_items, const float* bias, I y_items, I out_channels,
-                              Divider<I> by_out_channels, float* y) {
+                              Divider<I> by_out_channels, S* y) {
   const I total = col_items + y_items;
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     if (i < col_items) {
@@ -41,34 +43,35 @@ __global__ void im2col_kernel(PatchDims<I> d, const float* x, float* col, bool o
       const I n = d.by_c.div(t), c = t - n * d.c;
       const I oh = d.by_ow.div(p), ow = p - oh * d.ow;
       const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
-      const float* xc = x + (n * d.c + c) * d.h * d.w;
-      float* out = col + (n * d.rows + c * d.kh * d.kw) * d.p + p;
+      const S* xc = x + (n * d.c + c) * d.h * d.w;
+      S* out = col + (n * d.rows + c * d.kh * d.kw) * d.p + p;
+      const S zero = from_float<S>(0.f);
       for (I kh = 0; kh < d.kh; ++kh) {
         const I h = h0 + kh;
         const bool row_inside = h >= 0 && h < d.h;
         for (I kw = 0; kw < d.kw; ++kw, out += d.p) {
           const I w = w0 + kw;
-          *out = row_inside && w >= 0 && w < d.w ? xc[h * d.w + w] : 0.f;
+          *out = row_inside && w >= 0 && w < d.w ? xc[h * d.w + w] : zero;
         }
       }
-      if (ones_row && c == 0) col[(n * d.rows + d.rows - 1) * d.p + p] = 1.f;
+      if (ones_row && c == 0) col[(n * d.rows + d.rows - 1) * d.p + p] = from_float<S>(1.f);
     } else {
       const I j = i - col_items;  // y[n, oc, p]
       const I q = d.by_p.div(j);  // n * OC + oc
-      y[j] = bias[q - by_out_channels.div(q) * out_channels];
+      y[j] = from_float<S>(bias[q - by_out_channels.div(q) * out_channels]);
     }
   }
 }
 
 // dx[n, c, h, w]: kernel rows kh = (h + PH) mod SH, + SH, ... meet output rows
 // oh = (h + PH - kh) / SH, one lower each step; likewise for the columns.
-template <typename I>
-__global__ void col2im_kernel(PatchDims<I> d, const float* col, I total, float* dx) {
+template <typename S, typename I>
+__global__ void col2im_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I t2 = d.by_h.div(t), h = t - t2 * d.h;
     const I n = d.by_c.div(t2), c = t2 - n * d.c;
-    const float* col_nc = col + (n * d.rows + c * d.kh * d.kw) * d.p;
+    const S* col_nc = col + (n * d.rows + c * d.kh * d.kw) * d.p;
     const I hp = h + d.ph, wp = w + d.pw;
     const I oh_first = d.by_sh.div(hp), kh_first = hp - oh_first * d.sh;
     const I ow_first = d.by_sw.div(wp), kw_first = wp - ow_first * d.sw;
@@ -77,10 +80,10 @@ __global__ void col2im_kernel(PatchDims<I> d, const float* col, I total, float* 
       if (oh >= d.oh) continue;
       for (I kw = kw_first, ow = ow_first; kw < d.kw && ow >= 0; kw += d.sw, --ow) {
         if (ow >= d.ow) continue;
-        sum += col_nc[(kh * d.kw + kw) * d.p + oh * d.ow + ow];
+        sum += to_float(col_nc[(kh * d.kw + kw) * d.p + oh * d.ow + ow]);
       }
     }
-    dx[i] = sum;
+    dx[i] = from_float<S>(sum);
   }
 }
 
@@ -92,18 +95,22 @@ bool coordinates_fit(const Conv2dShape& s) {
 
 template <typename I>
 void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t /*samples*/,
-               const float* x, float* col, int64_t rows_per_sample, bool ones_row,
-               const float* bias, float* y, int64_t col_items, int64_t y_items) {
-  im2col_kernel<I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
-      patch_dims<I>(s, rows_per_sample), x, col, ones_row, I(col_items), bias, I(y_items),
-      I(s.out_channels), Divider<I>(s.out_channels), y);
+               const void* x, void* col, int64_t rows_per_sample, bool ones_row,
+               const float* bias, void* y, int64_t col_items, int64_t y_items) {
+  with_float_type(s.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    im2col_kernel<S, I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
+        patch_dims<I>(s, rows_per_sample), static_cast<const S*>(x), static_cast<S*>(col),
+        ones_row, I(col_items), bias, I(y_items), I(s.out_channels), Divider<I>(s.out_channels),
+        static_cast<S*>(y));
+  });
 }
 
 }  // namespace
 
 void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
-                   const float* x, float* col, int64_t rows_per_sample, bool ones_row,
-                   const float* bias, float* y) {
+                   const void* x, void* col, int64_t rows_per_sample, bool ones_row,
+                   const float* bias, void* y) {
   const int64_t positions = s.out_height() * s.out_width();
   const int64_t col_items = col ? samples * s.in_channels * positions : 0;
   const int64_t y_items = bias ? samples * s.out_channels * positions : 0;
@@ -119,16 +126,21 @@ void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
 }
 
 void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
-                   const float* col, int64_t rows_per_sample, float* dx) {
+                   const void* col, int64_t rows_per_sample, void* dx) {
   const int64_t total = samples * s.in_channels * s.height * s.width;
   if (total <= 0) return;
   const int64_t col_size = samples * rows_per_sample * s.out_height() * s.out_width();
-  if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
-    col2im_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        patch_dims<int32_t>(s, rows_per_sample), col, int32_t(total), dx);
-  else
-    col2im_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        patch_dims<int64_t>(s, rows_per_sample), col, total, dx);
+  with_float_type(s.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const S* cols = static_cast<const S*>(col);
+    S* out = static_cast<S*>(dx);
+    if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
+      col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          patch_dims<int32_t>(s, rows_per_sample), cols, int32_t(total), out);
+    else
+      col2im_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          patch_dims<int64_t>(s, rows_per_sample), cols, total, out);
+  });
 }
 
 }  // namespace trident::cuda

@@ -1,5 +1,6 @@
 // CUDA im2col / col2im over a batch (Conv2dShape: any kernel, stride and padding, rectangular),
 // for Device::im2col / col2im (one sample) and the batched convolution (kernels/cuda/conv2d.h).
+// x, col, y and dx are of s.dtype (f32, f16 or bf16); the bias is float32.
 #pragma once
 #include <cstdint>
 
@@ -14,12 +15,12 @@ namespace trident::cuda {
 // [samples, C, H, W]; s.batch is ignored. When bias is not null, the same launch also writes
 // y[n, oc, p] = bias[oc] for the samples (y [samples, OC, OH*OW]), so that a GEMM can add into y.
 void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
-                   const float* x, float* col, int64_t rows_per_sample, bool ones_row,
-                   const float* bias, float* y);
+                   const void* x, void* col, int64_t rows_per_sample, bool ones_row,
+                   const float* bias, void* y);
 // The adjoint: dx[n, c, h, w] = the sum of the col entries (patch rows only, layout as above)
-// that read x[n, c, h, w], added in increasing (kh, kw) as the CPU's scatter adds them.
-// Overwrites dx [samples, C, H, W].
+// that read x[n, c, h, w], added in float32 in increasing (kh, kw) as the CPU's scatter adds
+// them. Overwrites dx [samples, C, H, W].
 void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
-                   const float* col, int64_t rows_per_sample, float* dx);
+                   const void* col, int64_t rows_per_sample, void* dx);
 
 }  // namespace trident::cuda

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trident/core/dtype.h"
+
 namespace trident::cuda {
 
 // Device memory a CudaDevice allocates once, so that reductions spanning several blocks need no
@@ -18,6 +20,13 @@ struct ReduceScratch {
   float* coefficients = nullptr;
   int64_t coefficient_words = 0;
   unsigned int* counter = nullptr;
+};
+
+// A float tensor's device data with its type (f32, f16 or bf16), for the launchers whose
+// operands may mix types (kernels read it as float_types.cuh's AnyFloat). data null: absent.
+struct FloatData {
+  void* data = nullptr;
+  DType dtype = DType::f32;
 };
 
 struct KernelContext {

@@ -12,19 +12,25 @@ namespace {
 
 struct Resolved {
   float lr, momentum, grad_scale;  // momentum: SGD's momentum or Adam's beta1
+  bool skip;                       // an overflowed fp16 step: nothing changes
 };
 
 // kernels/cpu/optimizers.cpp's resolve_step, on the device.
 __device__ Resolved resolve(float lr, float momentum, float grad_scale,
                             const UpdateControlArgs& c, const uint32_t* step_state) {
-  Resolved r{lr, momentum, grad_scale};
+  Resolved r{lr, momentum, grad_scale, false};
   if (c.schedule) {
     const int64_t done = int64_t(step_state[1]);
     const int64_t row = done < c.schedule_rows - 1 ? done : c.schedule_rows - 1;
     r.lr = c.schedule[2 * row];
     r.momentum = c.schedule[2 * row + 1];
   }
-  if (c.grad_sumsq) {
+  if (c.loss_scale) {
+    if (!isfinite(c.grad_sumsq[0])) r.skip = true;
+    grad_scale = float(double(grad_scale) / double(c.loss_scale[0]));
+    r.grad_scale = grad_scale;
+  }
+  if (c.grad_sumsq && c.max_norm > 0.0f) {
     const double norm = double(grad_scale) * sqrt(double(c.grad_sumsq[0]));
     const double coef = double(c.max_norm) / (norm + 1e-6);
     if (coef < 1.0) r.grad_scale = float(double(grad_scale) * coef);
@@ -37,6 +43,7 @@ __global__ void sgd_kernel(float* params, const float* grads, float* momentum, i
   __shared__ Resolved step;
   if (threadIdx.x == 0) step = resolve(hp.lr, hp.momentum, hp.grad_scale, control, step_state);
   __syncthreads();
+  if (step.skip) return;
   const float lr = step.lr, mu = step.momentum, gs = step.grad_scale, wd = hp.weight_decay;
   for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) {
     float d = grads[i] * gs + wd * params[i];  // d_p.add(param, alpha=wd)
@@ -51,6 +58,7 @@ __global__ void sgd_kernel(float* params, const float* grads, float* momentum, i
 
 struct AdamStep {
   float lr, beta1, one_minus_beta1, grad_scale, step_size, bias_correction2_sqrt, shrink, l2;
+  bool skip;
 };
 
 __global__ void adam_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
@@ -71,8 +79,10 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
     // Adam adds wd * p to the gradient (L2); AdamW shrinks the weight first: p *= 1 - lr * wd.
     step.shrink = hp.decoupled_weight_decay ? 1.0f - r.lr * hp.weight_decay : 1.0f;
     step.l2 = hp.decoupled_weight_decay ? 0.0f : hp.weight_decay;
+    step.skip = r.skip;
   }
   __syncthreads();
+  if (step.skip) return;
   const AdamStep s = step;
   const float b2 = hp.beta2, one_minus_b2 = float(1.0 - double(hp.beta2)), eps = hp.eps;
   for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) {
@@ -85,6 +95,21 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
     v[i] = vi;
     const float denom = sqrtf(vi) / s.bias_correction2_sqrt + eps;
     params[i] = p + -s.step_size * (mi / denom);            // param.addcdiv_(m, denom, -step)
+  }
+}
+
+// kernels/cpu/optimizers.cpp's update_loss_scale.
+__global__ void update_loss_scale_kernel(float* state, const float* grad_sumsq,
+                                         LossScaleParams params) {
+  if (!isfinite(grad_sumsq[0])) {
+    state[0] *= params.backoff;
+    state[1] = 0.0f;
+    return;
+  }
+  state[1] += 1.0f;
+  if (state[1] >= float(params.interval)) {
+    state[0] *= params.growth;
+    state[1] = 0.0f;
   }
 }
 
@@ -104,6 +129,11 @@ void launch_adam_update(const KernelContext& ctx, float* params, const float* gr
   if (n <= 0) return;
   adam_kernel<<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(params, grads, m, v, n, hp, control,
                                                              step_state);
+}
+
+void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,
+                              const LossScaleParams& params) {
+  update_loss_scale_kernel<<<1, 1, 0, ctx.stream>>>(state, grad_sumsq, params);
 }
 
 }  // namespace trident::cuda

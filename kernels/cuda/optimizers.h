@@ -11,12 +11,15 @@
 namespace trident::cuda {
 
 // UpdateControl with device pointers: schedule [schedule_rows, 2] (null: none), grad_sumsq [1]
-// (null: no clipping); step_state may be null when neither is given (SGD).
+// (null: neither clipping nor an overflow check; max_norm 0: no clipping), loss_scale [1] (null:
+// none; else the gradients are divided by it and a non-finite grad_sumsq skips the update);
+// step_state may be null when neither a schedule nor grad_sumsq is given (SGD).
 struct UpdateControlArgs {
   const float* schedule = nullptr;
   int64_t schedule_rows = 0;
   const float* grad_sumsq = nullptr;
   float max_norm = 0.0f;
+  const float* loss_scale = nullptr;
 };
 
 // See SgdParams; momentum may be null when no step uses momentum.
@@ -27,5 +30,8 @@ void launch_sgd_update(const KernelContext& ctx, float* params, const float* gra
 void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
                         float* v, int64_t n, const AdamParams& hp,
                         const UpdateControlArgs& control, const uint32_t* step_state);
+// GradScaler's update of state = {scale, clean steps} after a step (LossScaleParams), one thread.
+void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,
+                              const LossScaleParams& params);
 
 }  // namespace trident::cuda

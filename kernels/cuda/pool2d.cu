@@ -3,6 +3,7 @@
 // atomics, deterministic, and the same order of additions as the CPU's scatter).
 #include <algorithm>
 
+#include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/pool2d.h"
 
@@ -43,34 +44,34 @@ __device__ __forceinline__ Covering<I> covering(I at, I kernel, I pad, I outputs
   return {first, min(by_stride.div(shifted), outputs - 1)};
 }
 
-template <typename I>
-__global__ void maxpool2d_forward_kernel(PoolDims<I> d, I total, const float* x, float* y,
+template <typename S, typename I>
+__global__ void maxpool2d_forward_kernel(PoolDims<I> d, I total, const S* x, S* y,
                                          int32_t* argmax) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_ow.div(i), ow = i - t * d.ow;
     const I plane = d.by_oh.div(t), oh = t - plane * d.oh;
-    const float* xp = x + int64_t(plane) * d.h * d.w;
+    const S* xp = x + int64_t(plane) * d.h * d.w;
     const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
     const I h_lo = max(h0, I(0)), h_hi = min(h0 + d.kh, d.h);
     const I w_lo = max(w0, I(0)), w_hi = min(w0 + d.kw, d.w);
     I best = h_lo * d.w + w_lo;
-    float best_value = xp[best];
+    float best_value = to_float(xp[best]);
     for (I h = h_lo; h < h_hi; ++h)
       for (I w = w_lo; w < w_hi; ++w) {
-        const float v = xp[h * d.w + w];
+        const float v = to_float(xp[h * d.w + w]);
         if (v > best_value || isnan(v)) best_value = v, best = h * d.w + w;  // the CPU's rule
       }
     const bool zeroed = d.relu && !(best_value > 0.f);  // the fused ReLU
-    y[i] = zeroed ? 0.f : best_value;
+    y[i] = from_float<S>(zeroed ? 0.f : best_value);  // exact: best_value is an S
     argmax[i] = zeroed ? -1 : static_cast<int32_t>(best);
   }
 }
 
 // dx[plane, h, w] = sum of dy over the covering windows (increasing output order) whose argmax
 // is this pixel.
-template <typename I>
-__global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const float* dy,
-                                          const int32_t* argmax, float* dx) {
+template <typename S, typename I>
+__global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy,
+                                          const int32_t* argmax, S* dx) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I plane = d.by_h.div(t), h = t - plane * d.h;
@@ -82,68 +83,68 @@ __global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const float* d
     for (I oh = rows.first; oh <= rows.last; ++oh)
       for (I ow = cols.first; ow <= cols.last; ++ow) {
         const int64_t o = base + oh * d.ow + ow;
-        if (argmax[o] == here) sum += dy[o];
+        if (argmax[o] == here) sum += to_float(dy[o]);
       }
-    dx[i] = sum;
+    dx[i] = from_float<S>(sum);
   }
 }
 
-template <typename I>
-__global__ void avgpool2d_forward_kernel(PoolDims<I> d, I total, const float* x, float* y) {
+template <typename S, typename I>
+__global__ void avgpool2d_forward_kernel(PoolDims<I> d, I total, const S* x, S* y) {
   const float divisor = float(d.kh * d.kw);
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_ow.div(i), ow = i - t * d.ow;
     const I plane = d.by_oh.div(t), oh = t - plane * d.oh;
-    const float* xp = x + int64_t(plane) * d.h * d.w;
+    const S* xp = x + int64_t(plane) * d.h * d.w;
     const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
     const I h_hi = min(h0 + d.kh, d.h), w_hi = min(w0 + d.kw, d.w);
     float sum = 0.f;
     for (I h = max(h0, I(0)); h < h_hi; ++h)
-      for (I w = max(w0, I(0)); w < w_hi; ++w) sum += xp[h * d.w + w];
-    y[i] = sum / divisor;
+      for (I w = max(w0, I(0)); w < w_hi; ++w) sum += to_float(xp[h * d.w + w]);
+    y[i] = from_float<S>(sum / divisor);
   }
 }
 
 // dx[plane, h, w] = sum over the covering windows of dy * (1 / (KH * KW)), each product rounded
 // before the add, in increasing output order: the CPU's result bit for bit.
-template <typename I>
-__global__ void avgpool2d_backward_kernel(PoolDims<I> d, I total, const float* dy, float* dx,
+template <typename S, typename I>
+__global__ void avgpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy, S* dx,
                                           float inverse) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I plane = d.by_h.div(t), h = t - plane * d.h;
     const Covering<I> rows = covering(h, d.kh, d.ph, d.oh, d.by_sh);
     const Covering<I> cols = covering(w, d.kw, d.pw, d.ow, d.by_sw);
-    const float* dyp = dy + int64_t(plane) * d.oh * d.ow;
+    const S* dyp = dy + int64_t(plane) * d.oh * d.ow;
     float sum = 0.f;
     for (I oh = rows.first; oh <= rows.last; ++oh)
       for (I ow = cols.first; ow <= cols.last; ++ow)
-        sum = __fadd_rn(sum, __fmul_rn(dyp[oh * d.ow + ow], inverse));
-    dx[i] = sum;
+        sum = __fadd_rn(sum, __fmul_rn(to_float(dyp[oh * d.ow + ow]), inverse));
+    dx[i] = from_float<S>(sum);
   }
 }
 
 // Global average pooling (the window is the whole unpadded plane): a warp per plane.
-__global__ void global_avgpool_forward_kernel(const float* x, int64_t planes, int64_t plane_size,
-                                              float divisor, float* y) {
+template <typename S>
+__global__ void global_avgpool_forward_kernel(const S* x, int64_t planes, int64_t plane_size,
+                                              float divisor, S* y) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t plane = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; plane < planes;
        plane += warps) {
-    const float* xp = x + plane * plane_size;
+    const S* xp = x + plane * plane_size;
     float sum = 0.f;
-    for (int64_t j = lane; j < plane_size; j += 32) sum += xp[j];
+    for (int64_t j = lane; j < plane_size; j += 32) sum += to_float(xp[j]);
     sum = warp_sum(sum);
-    if (lane == 0) y[plane] = sum / divisor;
+    if (lane == 0) y[plane] = from_float<S>(sum / divisor);
   }
 }
 
-template <typename I>
-__global__ void global_avgpool_backward_kernel(const float* dy, I total,
-                                               Divider<I> by_plane_size, float inverse,
-                                               float* dx) {
+template <typename S, typename I>
+__global__ void global_avgpool_backward_kernel(const S* dy, I total, Divider<I> by_plane_size,
+                                               float inverse, S* dx) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>())
-    dx[i] = __fmul_rn(dy[by_plane_size.div(i)], inverse);
+    dx[i] = from_float<S>(__fmul_rn(to_float(dy[by_plane_size.div(i)]), inverse));
 }
 
 bool global_window(const Pool2dShape& s) {
@@ -164,69 +165,91 @@ bool fits(const Pool2dShape& s) {
 
 }  // namespace
 
-void launch_maxpool2d_forward(const KernelContext& ctx, const Pool2dShape& s, const float* x,
-                              float* y, int32_t* argmax) {
+// The launch in braces with S the storage type of `type` (variadic: the launches hold commas).
+#define TRIDENT_POOL_TYPED(type, ...)  \
+  with_float_type(type, [&](auto tag) { \
+    using S = decltype(tag);            \
+    __VA_ARGS__                         \
+  })
+
+void launch_maxpool2d_forward(const KernelContext& ctx, DType type, const Pool2dShape& s,
+                              const void* x, void* y, int32_t* argmax) {
   const int64_t total = s.output_numel();
   if (total <= 0) return;
-  if (fits(s))
-    maxpool2d_forward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int32_t>(s), int32_t(total), x, y, argmax);
-  else
-    maxpool2d_forward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int64_t>(s), total, x, y, argmax);
+  TRIDENT_POOL_TYPED(type, {
+    const S* xs = static_cast<const S*>(x);
+    S* ys = static_cast<S*>(y);
+    if (fits(s))
+      maxpool2d_forward_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int32_t>(s), int32_t(total), xs, ys, argmax);
+    else
+      maxpool2d_forward_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int64_t>(s), total, xs, ys, argmax);
+  });
 }
 
-void launch_maxpool2d_backward(const KernelContext& ctx, const Pool2dShape& s, const float* dy,
-                               const int32_t* argmax, float* dx) {
+void launch_maxpool2d_backward(const KernelContext& ctx, DType type, const Pool2dShape& s,
+                               const void* dy, const int32_t* argmax, void* dx) {
   const int64_t total = s.input_numel();
   if (total <= 0) return;
-  if (fits(s))
-    maxpool2d_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int32_t>(s), int32_t(total), dy, argmax, dx);
-  else
-    maxpool2d_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int64_t>(s), total, dy, argmax, dx);
+  TRIDENT_POOL_TYPED(type, {
+    const S* dys = static_cast<const S*>(dy);
+    S* dxs = static_cast<S*>(dx);
+    if (fits(s))
+      maxpool2d_backward_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int32_t>(s), int32_t(total), dys, argmax, dxs);
+    else
+      maxpool2d_backward_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int64_t>(s), total, dys, argmax, dxs);
+  });
 }
 
-void launch_avgpool2d_forward(const KernelContext& ctx, const Pool2dShape& s, const float* x,
-                              float* y) {
+void launch_avgpool2d_forward(const KernelContext& ctx, DType type, const Pool2dShape& s,
+                              const void* x, void* y) {
   const int64_t total = s.output_numel();
   if (total <= 0) return;
-  if (global_window(s)) {
-    const int64_t planes = s.batch * s.channels;
-    global_avgpool_forward_kernel<<<grid_for(planes * 32), kBlockThreads, 0, ctx.stream>>>(
-        x, planes, s.height * s.width, float(s.kernel_h * s.kernel_w), y);
-    return;
-  }
-  if (fits(s))
-    avgpool2d_forward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int32_t>(s), int32_t(total), x, y);
-  else
-    avgpool2d_forward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int64_t>(s), total, x, y);
+  TRIDENT_POOL_TYPED(type, {
+    const S* xs = static_cast<const S*>(x);
+    S* ys = static_cast<S*>(y);
+    if (global_window(s)) {
+      const int64_t planes = s.batch * s.channels;
+      global_avgpool_forward_kernel<S><<<grid_for(planes * 32), kBlockThreads, 0, ctx.stream>>>(
+          xs, planes, s.height * s.width, float(s.kernel_h * s.kernel_w), ys);
+    } else if (fits(s)) {
+      avgpool2d_forward_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int32_t>(s), int32_t(total), xs, ys);
+    } else {
+      avgpool2d_forward_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int64_t>(s), total, xs, ys);
+    }
+  });
 }
 
-void launch_avgpool2d_backward(const KernelContext& ctx, const Pool2dShape& s, const float* dy,
-                               float* dx) {
+void launch_avgpool2d_backward(const KernelContext& ctx, DType type, const Pool2dShape& s,
+                               const void* dy, void* dx) {
   const int64_t total = s.input_numel();
   if (total <= 0) return;
   const float inverse = inverse_window(s);
-  if (global_window(s)) {
-    const int64_t plane_size = s.height * s.width;
-    if (fits(s))
-      global_avgpool_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          dy, int32_t(total), Divider<int32_t>(plane_size), inverse, dx);
+  const int64_t plane_size = s.height * s.width;
+  TRIDENT_POOL_TYPED(type, {
+    const S* dys = static_cast<const S*>(dy);
+    S* dxs = static_cast<S*>(dx);
+    const unsigned grid = grid_for(total);
+    if (global_window(s) && fits(s))
+      global_avgpool_backward_kernel<S, int32_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
+          dys, int32_t(total), Divider<int32_t>(plane_size), inverse, dxs);
+    else if (global_window(s))
+      global_avgpool_backward_kernel<S, int64_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
+          dys, total, Divider<int64_t>(plane_size), inverse, dxs);
+    else if (fits(s))
+      avgpool2d_backward_kernel<S, int32_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int32_t>(s), int32_t(total), dys, dxs, inverse);
     else
-      global_avgpool_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          dy, total, Divider<int64_t>(plane_size), inverse, dx);
-    return;
-  }
-  if (fits(s))
-    avgpool2d_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int32_t>(s), int32_t(total), dy, dx, inverse);
-  else
-    avgpool2d_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        pool_dims<int64_t>(s), total, dy, dx, inverse);
+      avgpool2d_backward_kernel<S, int64_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
+          pool_dims<int64_t>(s), total, dys, dxs, inverse);
+  });
 }
+
+#undef TRIDENT_POOL_TYPED
 
 }  // namespace trident::cuda

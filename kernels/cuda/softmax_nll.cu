@@ -1,10 +1,13 @@
 // CUDA classification head: a warp per row everywhere (rows are short: one warp covers a row of
-// up to 32 classes per step). The losses are summed per warp in double, then over the grid in a
+// up to 32 classes per step). Scores, log-probabilities and their gradients are AnyFloat (each
+// f32, f16 or bf16, read into float32, rounded once when written): the head is a few thousand
+// values, so one kernel serves every mix of types (16-bit logits, a float32 gradient, ...). The losses are summed per warp in double, then over the grid in a
 // fixed order by the last block to finish (launch.cuh's grid_sum_last): one launch, any rows,
 // deterministic.
 #include <climits>
 #include <cmath>
 
+#include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/softmax_nll.h"
 
@@ -27,12 +30,12 @@ __device__ __forceinline__ bool label_ok(int32_t label, int64_t cols) {
 
 // max + log(sum exp(xr - max)) of one row, computed by its warp (every lane gets it); the
 // log-sum in double, as on the CPU.
-__device__ __forceinline__ double warp_row_log_sum_exp(const float* xr, int64_t cols, int lane) {
+__device__ __forceinline__ double warp_row_log_sum_exp(AnyFloat xr, int64_t cols, int lane) {
   float max = -INFINITY;
-  for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr[c]);
+  for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, xr.load(c));
   max = warp_max(max);
   float sum = 0.f;
-  for (int64_t c = lane; c < cols; c += 32) sum += expf(xr[c] - max);
+  for (int64_t c = lane; c < cols; c += 32) sum += expf(xr.load(c) - max);
   sum = warp_sum(sum);
   return static_cast<double>(max) + log(static_cast<double>(sum));
 }
@@ -55,36 +58,33 @@ __device__ __forceinline__ void finish_mean_loss(double warp_value, const Reduce
   }
 }
 
-__global__ void log_softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t cols) {
+__global__ void log_softmax_forward_kernel(AnyFloat x, AnyFloat y, int64_t rows, int64_t cols) {
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
+    const AnyFloat xr = x.offset(r * cols), yr = y.offset(r * cols);
     const double lse = warp_row_log_sum_exp(xr, cols, lane);
     for (int64_t c = lane; c < cols; c += 32)
-      yr[c] = static_cast<float>(static_cast<double>(xr[c]) - lse);
+      yr.store(c, static_cast<float>(static_cast<double>(xr.load(c)) - lse));
   }
 }
 
 // The row's sum of dy is complete (warp_sum) before any lane writes: dx may be dy.
-__global__ void log_softmax_backward_kernel(const float* y, const float* dy, float* dx,
-                                            int64_t rows, int64_t cols) {
+__global__ void log_softmax_backward_kernel(AnyFloat y, AnyFloat dy, AnyFloat dx, int64_t rows,
+                                            int64_t cols) {
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
-    const float* yr = y + r * cols;
-    const float* dyr = dy + r * cols;
-    float* dxr = dx + r * cols;
+    const AnyFloat yr = y.offset(r * cols), dyr = dy.offset(r * cols), dxr = dx.offset(r * cols);
     double total = 0.0;
-    for (int64_t c = lane; c < cols; c += 32) total += dyr[c];
+    for (int64_t c = lane; c < cols; c += 32) total += dyr.load(c);
     total = warp_sum(total);
     for (int64_t c = lane; c < cols; c += 32)
-      dxr[c] = static_cast<float>(static_cast<double>(dyr[c]) -
-                                  static_cast<double>(expf(yr[c])) * total);
+      dxr.store(c, static_cast<float>(static_cast<double>(dyr.load(c)) -
+                                      static_cast<double>(expf(yr.load(c))) * total));
   }
 }
 
 // -(1 - e) * logp[label] - e * mean(logp[r, :]) per row (label checked by the caller).
-__global__ void nll_loss_forward_kernel(const float* logp, const int32_t* labels, int64_t rows,
+__global__ void nll_loss_forward_kernel(AnyFloat logp, const int32_t* labels, int64_t rows,
                                         int64_t cols, float* loss, bool accumulate,
                                         float smoothing, ReduceScratch scratch, int32_t* error) {
   const int lane = threadIdx.x % 32;
@@ -95,14 +95,14 @@ __global__ void nll_loss_forward_kernel(const float* logp, const int32_t* labels
       if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
       continue;
     }
-    const float* row = logp + r * cols;
+    const AnyFloat row = logp.offset(r * cols);
     double row_sum = 0.0;
     if (smoothing > 0.f) {
-      for (int64_t c = lane; c < cols; c += 32) row_sum += row[c];
+      for (int64_t c = lane; c < cols; c += 32) row_sum += row.load(c);
       row_sum = warp_sum(row_sum);
     }
     if (lane == 0)
-      warp_total += -(1.0 - double(smoothing)) * double(row[label]) -
+      warp_total += -(1.0 - double(smoothing)) * double(row.load(label)) -
                     double(smoothing) * row_sum / double(cols);
   }
   finish_mean_loss(warp_total, scratch, loss, accumulate, 1.0, rows);
@@ -110,41 +110,39 @@ __global__ void nll_loss_forward_kernel(const float* logp, const int32_t* labels
 
 template <typename I>
 __global__ void nll_loss_backward_kernel(const int32_t* labels, I total, I cols,
-                                         Divider<I> by_cols, float on, float off, float* dlogp,
+                                         Divider<I> by_cols, float on, float off, AnyFloat dlogp,
                                          int32_t* error) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I r = by_cols.div(i), c = i - r * cols;
     const int32_t label = labels[r];
     if (!label_ok(label, cols)) {
-      dlogp[i] = 0.f;
+      dlogp.store(i, 0.f);
       if (c == 0) raise_error(error, DeviceErrorCode::label, label);
       continue;
     }
-    dlogp[i] = c == label ? on : off;
+    dlogp.store(i, c == label ? on : off);
   }
 }
 
 // The fused training head: y = log_softmax(x), dx = grad_scale * (exp(y) - t), and the NLL of y.
 // t[c] is `on` at the label and `off` elsewhere.
-__global__ void log_softmax_nll_kernel(const float* x, const int32_t* labels, int64_t rows,
+__global__ void log_softmax_nll_kernel(AnyFloat x, const int32_t* labels, int64_t rows,
                                        int64_t cols, float grad_scale, float smoothing, float on,
-                                       float off, float* y, float* loss, bool accumulate,
-                                       float* dx, ReduceScratch scratch, int32_t* error) {
+                                       float off, AnyFloat y, float* loss, bool accumulate,
+                                       AnyFloat dx, ReduceScratch scratch, int32_t* error) {
   const int lane = threadIdx.x % 32;
   double warp_total = 0.0;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    float* dxr = dx + r * cols;
+    const AnyFloat xr = x.offset(r * cols), yr = y.offset(r * cols), dxr = dx.offset(r * cols);
     const int32_t label = labels[r];
     const bool ok = label_ok(label, cols);
     const double lse = warp_row_log_sum_exp(xr, cols, lane);
     double y_sum = 0.0;
     float y_label = 0.f;
     for (int64_t c = lane; c < cols; c += 32) {
-      const float v = static_cast<float>(static_cast<double>(xr[c]) - lse);
-      yr[c] = v;
-      dxr[c] = ok ? grad_scale * (expf(v) - (c == label ? on : off)) : 0.f;
+      const float v = static_cast<float>(static_cast<double>(xr.load(c)) - lse);
+      yr.store(c, v);  // the gradient below uses v unrounded, as the CPU's float32 staging does
+      dxr.store(c, ok ? grad_scale * (expf(v) - (c == label ? on : off)) : 0.f);
       y_sum += v;
       if (c == label) y_label = v;
     }
@@ -161,20 +159,20 @@ __global__ void log_softmax_nll_kernel(const float* x, const int32_t* labels, in
   finish_mean_loss(warp_total, scratch, loss, accumulate, 1.0, rows);
 }
 
-__global__ void mse_loss_kernel(const float* x, const int32_t* labels, int64_t rows, int64_t cols,
-                                float k, float* loss, bool accumulate, float* dx,
+__global__ void mse_loss_kernel(AnyFloat x, const int32_t* labels, int64_t rows, int64_t cols,
+                                float k, float* loss, bool accumulate, AnyFloat dx,
                                 ReduceScratch scratch, int32_t* error) {
   const int lane = threadIdx.x % 32;
   double warp_total = 0.0;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
-    const float* xr = x + r * cols;
+    const AnyFloat xr = x.offset(r * cols);
     const int32_t label = labels[r];
     const bool ok = label_ok(label, cols);
     double squares = 0.0;
     for (int64_t c = lane; c < cols; c += 32) {
-      const float d = xr[c] - (c == label ? 1.f : 0.f);
+      const float d = xr.load(c) - (c == label ? 1.f : 0.f);
       squares += double(d) * double(d);
-      if (dx) dx[r * cols + c] = ok ? k * d : 0.f;
+      if (dx) dx.store(r * cols + c, ok ? k * d : 0.f);
     }
     if (!ok) {
       if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
@@ -188,27 +186,27 @@ __global__ void mse_loss_kernel(const float* x, const int32_t* labels, int64_t r
 
 // The CPU's rule: best starts at column 0 and moves on a strictly greater score. So a NaN in
 // column 0 wins; otherwise NaNs never win and the first maximal (non-NaN) column does.
-__global__ void count_correct_kernel(const float* scores, const int32_t* labels, int64_t rows,
+__global__ void count_correct_kernel(AnyFloat scores, const int32_t* labels, int64_t rows,
                                      int64_t cols, float* correct, int32_t* error) {
   __shared__ int block_hits;
   if (threadIdx.x == 0) block_hits = 0;
   __syncthreads();
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
-    const float* row = scores + r * cols;
+    const AnyFloat row = scores.offset(r * cols);
     const int32_t label = labels[r];
     if (!label_ok(label, cols)) {
       if (lane == 0) raise_error(error, DeviceErrorCode::label, label);
       continue;
     }
     int64_t best = 0;
-    if (!isnan(row[0])) {
+    if (!isnan(row.load(0))) {
       float max = -INFINITY;
-      for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, row[c]);
+      for (int64_t c = lane; c < cols; c += 32) max = fmaxf(max, row.load(c));
       max = warp_max(max);
       int first = INT_MAX;
       for (int64_t c = lane; c < cols; c += 32)
-        if (row[c] == max) {
+        if (row.load(c) == max) {
           first = static_cast<int>(c);
           break;
         }
@@ -230,21 +228,21 @@ unsigned loss_grid(int64_t rows) {
 
 }  // namespace
 
-void launch_log_softmax_forward(const KernelContext& ctx, const float* x, float* y, int64_t rows,
+void launch_log_softmax_forward(const KernelContext& ctx, FloatData x, FloatData y, int64_t rows,
                                 int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
   log_softmax_forward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(x, y, rows,
                                                                                     cols);
 }
 
-void launch_log_softmax_backward(const KernelContext& ctx, const float* y, const float* dy,
-                                 float* dx, int64_t rows, int64_t cols) {
+void launch_log_softmax_backward(const KernelContext& ctx, FloatData y, FloatData dy,
+                                 FloatData dx, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
   log_softmax_backward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(
       y, dy, dx, rows, cols);
 }
 
-void launch_nll_loss_forward(const KernelContext& ctx, const float* logp, const int32_t* labels,
+void launch_nll_loss_forward(const KernelContext& ctx, FloatData logp, const int32_t* labels,
                              int64_t rows, int64_t cols, float* loss, bool accumulate,
                              float smoothing) {
   nll_loss_forward_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
@@ -252,7 +250,7 @@ void launch_nll_loss_forward(const KernelContext& ctx, const float* logp, const 
 }
 
 void launch_nll_loss_backward(const KernelContext& ctx, const int32_t* labels, int64_t rows,
-                              int64_t cols, float scale, float smoothing, float* dlogp) {
+                              int64_t cols, float scale, float smoothing, FloatData dlogp) {
   const int64_t total = rows * cols;
   if (total <= 0) return;
   // The CPU's constants, rounded the same way.
@@ -267,24 +265,23 @@ void launch_nll_loss_backward(const KernelContext& ctx, const int32_t* labels, i
         labels, total, cols, Divider<int64_t>(cols), on, off, dlogp, ctx.error_flag);
 }
 
-void launch_log_softmax_nll(const KernelContext& ctx, const float* x, const int32_t* labels,
+void launch_log_softmax_nll(const KernelContext& ctx, FloatData x, const int32_t* labels,
                             int64_t rows, int64_t cols, float grad_scale, float smoothing,
-                            float* y, float* loss, bool accumulate, float* dx) {
+                            FloatData y, float* loss, bool accumulate, FloatData dx) {
   const float off = smoothing / float(cols), on = off + (1.0f - smoothing);
   log_softmax_nll_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
       x, labels, rows, cols, grad_scale, smoothing, on, off, y, loss, accumulate, dx,
       ctx.scratch, ctx.error_flag);
 }
 
-void launch_mse_loss(const KernelContext& ctx, const float* x, const int32_t* labels,
-                     int64_t rows, int64_t cols, float grad_scale, float* loss, bool accumulate,
-                     float* dx) {
+void launch_mse_loss(const KernelContext& ctx, FloatData x, const int32_t* labels, int64_t rows,
+                     int64_t cols, float grad_scale, float* loss, bool accumulate, FloatData dx) {
   const float k = 2.0f * grad_scale / float(cols);
   mse_loss_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
       x, labels, rows, cols, k, loss, accumulate, dx, ctx.scratch, ctx.error_flag);
 }
 
-void launch_count_correct(const KernelContext& ctx, const float* scores, const int32_t* labels,
+void launch_count_correct(const KernelContext& ctx, FloatData scores, const int32_t* labels,
                           int64_t rows, int64_t cols, float* correct) {
   if (rows <= 0 || cols <= 0) return;
   count_correct_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(

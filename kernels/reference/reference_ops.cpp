@@ -244,6 +244,7 @@ namespace {
 // The step's lr, momentum / beta1 and gradient scale once the control is applied.
 struct Step {
   double lr, momentum, grad_scale;
+  bool skip = false;  // an overflowed loss-scaled step: nothing changes
 };
 Step resolve(double lr, double momentum, double grad_scale, const HostUpdateControl& c,
              const uint32_t* step_state) {
@@ -253,7 +254,12 @@ Step resolve(double lr, double momentum, double grad_scale, const HostUpdateCont
     s.lr = c.schedule[2 * row];
     s.momentum = c.schedule[2 * row + 1];
   }
-  if (c.grad_sumsq) {
+  if (c.loss_scale) {
+    s.skip = !std::isfinite(c.grad_sumsq[0]);
+    grad_scale /= double(c.loss_scale[0]);
+    s.grad_scale = grad_scale;
+  }
+  if (c.grad_sumsq && c.max_norm > 0.0f) {
     const double norm = grad_scale * std::sqrt(double(c.grad_sumsq[0]));
     s.grad_scale = grad_scale * std::min(1.0, double(c.max_norm) / (norm + 1e-6));
   }
@@ -266,6 +272,7 @@ void sgd_update(float* params, const float* grads, float* momentum, int64_t n,
                 const SgdParams& hp, const HostUpdateControl& control,
                 const uint32_t* step_state) {
   const Step s = resolve(hp.lr, hp.momentum, hp.grad_scale, control, step_state);
+  if (s.skip) return;
   for (int64_t i = 0; i < n; ++i) {
     double d = double(grads[i]) * s.grad_scale + double(hp.weight_decay) * params[i];
     if (s.momentum != 0.0) {
@@ -281,6 +288,7 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
                  const AdamParams& hp, const uint32_t* step_state,
                  const HostUpdateControl& control) {
   const Step s = resolve(hp.lr, hp.beta1, hp.grad_scale, control, step_state);
+  if (s.skip) return;
   const double t = double(step_state[1]) + 1.0;
   const double beta1 = s.momentum, beta2 = hp.beta2;
   const double correction1 = 1.0 - std::pow(beta1, t);
@@ -296,6 +304,19 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
     v[i] = static_cast<float>(vi);
     const double step = s.lr * (mi / correction1) / (std::sqrt(vi / correction2) + hp.eps);
     params[i] = static_cast<float>(p - step);
+  }
+}
+
+void update_loss_scale(float* state, float grad_sumsq, const LossScaleParams& params) {
+  if (!std::isfinite(grad_sumsq)) {
+    state[0] = static_cast<float>(double(state[0]) * params.backoff);
+    state[1] = 0.0f;
+    return;
+  }
+  state[1] += 1.0f;
+  if (state[1] >= float(params.interval)) {
+    state[0] = static_cast<float>(double(state[0]) * params.growth);
+    state[1] = 0.0f;
   }
 }
 

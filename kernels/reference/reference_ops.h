@@ -110,12 +110,15 @@ void gather_samples(const void* src, bool src_is_u8, int64_t channels, int64_t h
                     int64_t width, const int32_t* table, int64_t rows,
                     const uint32_t* step_state, const HostSampleTransform& t, float* dst);
 void advance_step(uint32_t* step_state);
-// UpdateControl with host arrays: schedule [rows, 2] (null: none), grad_sumsq (null: no clip).
+// UpdateControl with host arrays: schedule [rows, 2] (null: none), grad_sumsq (null: no clip;
+// max_norm 0: only read for the loss scale's overflow check), loss_scale [1] (null: none; else
+// the gradients are divided by it, and a non-finite grad_sumsq skips the update).
 struct HostUpdateControl {
   const float* schedule = nullptr;
   int64_t schedule_rows = 0;
   const float* grad_sumsq = nullptr;
   float max_norm = 0.0f;
+  const float* loss_scale = nullptr;
 };
 void sgd_update(float* params, const float* grads, float* momentum, int64_t n,
                 const SgdParams& hp, const HostUpdateControl& control = {},
@@ -123,5 +126,7 @@ void sgd_update(float* params, const float* grads, float* momentum, int64_t n,
 void adam_update(float* params, const float* grads, float* m, float* v, int64_t n,
                  const AdamParams& hp, const uint32_t* step_state,
                  const HostUpdateControl& control = {});
+// GradScaler's update of state {scale, clean steps} after a step (see LossScaleParams).
+void update_loss_scale(float* state, float grad_sumsq, const LossScaleParams& params);
 
 }  // namespace trident::reference

@@ -1,0 +1,114 @@
+// The float storage types of CUDA kernels: float, Bf16 and F16 (16-bit words), read into float
+// and rounded back with core/half.h's conversions (round to nearest even, NaN kept NaN), so that
+// a CUDA kernel rounds exactly as the CPU's float32 staging does. Kernels are templates on the
+// storage type S; with_float_type() turns a tensor's DType into that template argument on the
+// host. Pack<S, V> is V elements read or written as one access (16 bytes: 8 halves or 4 floats),
+// and AnyFloat is a pointer whose type is known only at run time (small kernels of mixed types).
+#pragma once
+#include <cstdint>
+
+#include "trident/core/dtype.h"
+#include "trident/core/half.h"
+#include "trident/kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+__host__ __device__ __forceinline__ float to_float(float v) { return v; }
+__host__ __device__ __forceinline__ float to_float(Bf16 v) { return bf16_to_float(v.bits); }
+__host__ __device__ __forceinline__ float to_float(F16 v) { return f16_to_float(v.bits); }
+__host__ __device__ __forceinline__ float to_float(uint8_t v) { return float(v); }
+
+template <typename S>
+__host__ __device__ __forceinline__ S from_float(float v);
+template <>
+__host__ __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__host__ __device__ __forceinline__ Bf16 from_float<Bf16>(float v) { return {float_to_bf16(v)}; }
+template <>
+__host__ __device__ __forceinline__ F16 from_float<F16>(float v) { return {float_to_f16(v)}; }
+
+// V elements of S as one aligned access (two 16-byte accesses for 8 floats).
+template <typename S, int V>
+struct alignas(sizeof(S) * V < 16 ? sizeof(S) * V : 16) Pack {
+  S v[V];
+};
+
+// Elements per 16-byte access of S.
+template <typename S>
+constexpr int kPackOf = int(16 / sizeof(S));
+
+// Loads V floats from p[at, at + V) (one Pack when V > 1: the caller checked the alignment).
+template <int V, typename S, typename I>
+__device__ __forceinline__ void load_pack(const S* p, I at, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_float(p[at]);
+  } else {
+    const Pack<S, V> pack = *reinterpret_cast<const Pack<S, V>*>(p + at);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(pack.v[j]);
+  }
+}
+
+template <int V, typename S, typename I>
+__device__ __forceinline__ void store_pack(S* p, I at, const float (&in)[V]) {
+  if constexpr (V == 1) {
+    p[at] = from_float<S>(in[0]);
+  } else {
+    Pack<S, V> pack;
+#pragma unroll
+    for (int j = 0; j < V; ++j) pack.v[j] = from_float<S>(in[j]);
+    *reinterpret_cast<Pack<S, V>*>(p + at) = pack;
+  }
+}
+
+// Whether every pointer allows Pack<S, V> accesses at element offsets that are multiples of V.
+inline bool pack_aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % (bytes < 16 ? bytes : 16) == 0;
+}
+
+// The storage type of dtype (f32, f16, bf16) passed to f as a value: f(float{}), f(Bf16{}), ...
+template <class F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::bf16: f(Bf16{}); return;
+    case DType::f16: f(F16{}); return;
+    default: f(float{}); return;
+  }
+}
+
+// A float tensor's data whose type is a run-time value (the head's and the gather's operands:
+// few elements, where one kernel for every type combination would not pay).
+struct AnyFloat {
+  void* p = nullptr;
+  DType t = DType::f32;
+  AnyFloat() = default;
+  __host__ __device__ AnyFloat(void* data, DType type) : p(data), t(type) {}
+  __host__ __device__ AnyFloat(const FloatData& d) : p(d.data), t(d.dtype) {}  // NOLINT: implicit
+  __device__ __forceinline__ float load(int64_t i) const {
+    switch (t) {
+      case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+      case DType::f16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+      default: return static_cast<const float*>(p)[i];
+    }
+  }
+  __device__ __forceinline__ void store(int64_t i, float v) const {
+    switch (t) {
+      case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); return;
+      case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(v); return;
+      default: static_cast<float*>(p)[i] = v; return;
+    }
+  }
+  __device__ __forceinline__ AnyFloat offset(int64_t i) const {
+    return {static_cast<char*>(p) + i * (t == DType::f32 ? 4 : 2), t};
+  }
+  explicit __host__ __device__ operator bool() const { return p != nullptr; }
+};
+
+}  // namespace trident::cuda
