@@ -150,12 +150,20 @@ void check_elementwise(Device& d, DType t) {
   TRIDENT_CHECK_CLOSE(dropped.half.to_host(), dropped.f32.to_host(), half_tolerance(t));
 }
 
-void check_channel(Device& d, DType t) {
-  const int64_t outer = 4, channels = 3, inner = 10;
+// [outer, channels, inner]: short runs, the columns of a matrix (inner 1), and a channel long
+// enough to be cut into pieces (ChannelSplit).
+struct ChannelShape {
+  int64_t outer, channels, inner;
+};
+constexpr ChannelShape kChannelShapes[] = {{4, 3, 10}, {50, 6, 1}, {8, 2, 3000}};
+
+void check_channel(Device& d, DType t, ChannelShape cs) {
+  const int64_t outer = cs.outer, channels = cs.channels, inner = cs.inner;
+  INFO("channel shape [" << outer << ", " << channels << ", " << inner << "]");
   const Shape shape{outer, channels, inner};
   const Pair x = random_pair(d, shape, t, 21), y = random_pair(d, shape, t, 22);
-  const Tensor scale = testing::upload(d, testing::random_floats(3, 23));
-  const Tensor shift = testing::upload(d, testing::random_floats(3, 24));
+  const Tensor scale = testing::upload(d, testing::random_floats(size_t(channels), 23));
+  const Tensor shift = testing::upload(d, testing::random_floats(size_t(channels), 24));
   const Pair out = empty_pair(d, shape, t);
   d.channel_affine(x.f32, scale, shift, out.f32, outer, channels, inner);
   d.channel_affine(x.half, scale, shift, out.half, outer, channels, inner);
@@ -230,21 +238,23 @@ void check_pool(Device& d, DType t) {
   TRIDENT_CHECK_CLOSE(yg.half.to_host(), yg.f32.to_host(), half_tolerance(t, s.height * s.width));
 }
 
-void check_batchnorm(Device& d, DType t) {
+void check_batchnorm(Device& d, DType t, ChannelShape cs) {
   BatchNormShape s;
-  s.outer = 4, s.channels = 3, s.inner = 12;
+  s.outer = cs.outer, s.channels = cs.channels, s.inner = cs.inner;
+  INFO("batch-norm shape [" << s.outer << ", " << s.channels << ", " << s.inner << "]");
+  const int64_t c = s.channels;
   const Shape shape{s.outer, s.channels, s.inner};
   const int64_t per_channel = s.outer * s.inner;
   const Pair x = random_pair(d, shape, t, 51, -2.0f, 3.0f), dy = random_pair(d, shape, t, 52);
-  const Tensor gamma = testing::upload(d, testing::random_floats(3, 53, 0.5f, 1.5f));
-  const Tensor beta = testing::upload(d, testing::random_floats(3, 54));
+  const Tensor gamma = testing::upload(d, testing::random_floats(size_t(c), 53, 0.5f, 1.5f));
+  const Tensor beta = testing::upload(d, testing::random_floats(size_t(c), 54));
   struct Side {
     Tensor rm, rv, mean, invstd, dgamma, dbeta;
   };
   const auto side = [&] {
-    return Side{Tensor::zeros(d, {3}), testing::upload(d, std::vector<float>(3, 1.0f)),
-                Tensor::zeros(d, {3}), Tensor::zeros(d, {3}), Tensor::zeros(d, {3}),
-                Tensor::zeros(d, {3})};
+    return Side{Tensor::zeros(d, {c}), testing::upload(d, std::vector<float>(size_t(c), 1.0f)),
+                Tensor::zeros(d, {c}), Tensor::zeros(d, {c}), Tensor::zeros(d, {c}),
+                Tensor::zeros(d, {c})};
   };
   Side s32 = side(), s16 = side();
   const Pair y = empty_pair(d, shape, t), dx = empty_pair(d, shape, t);
@@ -403,10 +413,14 @@ TEST_CASE("opencl half: every op family in bf16 and fp16 matches float32 within 
           CHECK(d->native(f, t));
         SECTION("gemm") { check_gemm(*d, t, 100); }
         SECTION("elementwise") { check_elementwise(*d, t); }
-        SECTION("channel") { check_channel(*d, t); }
+        SECTION("channel") {
+          for (ChannelShape cs : kChannelShapes) check_channel(*d, t, cs);
+        }
         SECTION("conv2d") { check_conv(*d, t); }
         SECTION("pool") { check_pool(*d, t); }
-        SECTION("batchnorm") { check_batchnorm(*d, t); }
+        SECTION("batchnorm") {
+          for (ChannelShape cs : kChannelShapes) check_batchnorm(*d, t, cs);
+        }
         SECTION("head") { check_head(*d, t); }
         SECTION("gather") { check_gather(*d, t); }
       }
