@@ -41,9 +41,11 @@ ClQueue::~ClQueue() {
   }
   recording_.reset();
   for (Upload& upload : uploads_) clReleaseEvent(upload.done);
-  for (cl_kernel kernel : kernels_)
-    if (kernel) clReleaseKernel(kernel);
-  if (program_) clReleaseProgram(program_);
+  for (MainProgram& main : main_) {
+    for (cl_kernel kernel : main.kernels)
+      if (kernel) clReleaseKernel(kernel);
+    if (main.program) clReleaseProgram(main.program);
+  }
   for (cl_mem retired : retired_) clReleaseMemObject(retired);
   clReleaseCommandQueue(queue_);
   clReleaseContext(context_);
@@ -187,12 +189,23 @@ cl_program ClQueue::build_program(const std::string& options, const std::string&
                               label_);
 }
 
-void ClQueue::ensure_program() {
-  std::call_once(program_once_, [this] {
+size_t ClQueue::storage_index(DType storage) {
+  switch (storage) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::bf16: return 2;
+    default: throw ShapeError(std::string("OpenCL kernels store activations as F32, F16 or BF16, "
+                                          "not ") + dtype_name(storage));
+  }
+}
+
+void ClQueue::ensure_program(DType storage) {
+  MainProgram& main = main_[storage_index(storage)];
+  std::call_once(main.once, [this, storage, &main] {
     std::vector<const char*> names;
     for (int k = 0; k < static_cast<int>(Kernel::count_); ++k)
       names.push_back(kernel_name(static_cast<Kernel>(k)));
-    cl_program program = build_program(kBuildOptions, main_program_source(), names);
+    cl_program program = build_program(kBuildOptions, main_program_source(storage), names);
     std::vector<cl_kernel> kernels;
     for (const char* name : names) {
       cl_int status = CL_SUCCESS;
@@ -204,8 +217,8 @@ void ClQueue::ensure_program() {
         TRIDENT_CL_CHECK(status, label_ + ", kernel " + name);
       }
     }
-    program_ = program;
-    kernels_ = std::move(kernels);
+    main.program = program;
+    main.kernels = std::move(kernels);
   });
 }
 

@@ -123,7 +123,13 @@ class ClQueue {
   // Sets the arguments of a main-program kernel and enqueues it (records it while capturing);
   // an empty range enqueues nothing.
   template <typename... Args>
-  void launch(Kernel kernel, const LaunchRange& range, const Args&... args);
+  void launch(Kernel kernel, const LaunchRange& range, const Args&... args) {
+    launch_typed(kernel, DType::f32, range, args...);
+  }
+  // The same from the main program built for activations (act_t) stored as `storage`: f32, f16
+  // or bf16 (kernel_source.h).
+  template <typename... Args>
+  void launch_typed(Kernel kernel, DType storage, const LaunchRange& range, const Args&... args);
   // The same for `kernel`, named `function` in `program` (the own GEMM's tile programs);
   // `label` names the launch in errors and profiles.
   template <typename... Args>
@@ -132,8 +138,8 @@ class ClQueue {
   // Builds (or loads from the on-disk cache) a program with these kernels.
   cl_program build_program(const std::string& options, const std::string& source,
                            const std::vector<const char*>& kernel_names);
-  // Builds the main program on first use.
-  void ensure_program();
+  // Builds the main program for `storage` on first use.
+  void ensure_program(DType storage = DType::f32);
 
   // ---- capture (capture.cpp) -----------------------------------------------------------------
   // While capturing: records `op` to be run again at every replay and returns true (host-side
@@ -172,9 +178,14 @@ class ClQueue {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
 
-  std::once_flag program_once_;
-  cl_program program_ = nullptr;
-  std::vector<cl_kernel> kernels_;  // indexed by Kernel
+  // The main program per storage type (f32, f16, bf16), each built on first use.
+  struct MainProgram {
+    std::once_flag once;
+    cl_program program = nullptr;
+    std::vector<cl_kernel> kernels;  // indexed by Kernel
+  };
+  static size_t storage_index(DType storage);
+  MainProgram main_[3];
 
   std::vector<cl_mem> retired_;     // outgrown scratch (grow), released with the queue
   std::unique_ptr<KernelProfile> profile_;
@@ -208,10 +219,12 @@ void ClQueue::set_args(cl_kernel kernel, cl_uint index, const T& value, const Re
 }
 
 template <typename... Args>
-void ClQueue::launch(Kernel kernel, const LaunchRange& range, const Args&... args) {
-  ensure_program();
+void ClQueue::launch_typed(Kernel kernel, DType storage, const LaunchRange& range,
+                           const Args&... args) {
+  ensure_program(storage);
+  const MainProgram& main = main_[storage_index(storage)];
   const char* name = kernel_name(kernel);
-  launch_from(program_, kernels_[static_cast<int>(kernel)], name, name, range, args...);
+  launch_from(main.program, main.kernels[static_cast<int>(kernel)], name, name, range, args...);
 }
 
 template <typename... Args>

@@ -57,10 +57,12 @@ GemmEngine::GemmEngine(ClQueue& queue, const DeviceInfo& info)
       compute_units_(std::max(info.compute_units, 1)) {}
 
 GemmEngine::~GemmEngine() {
-  for (int v = 0; v < kTileVariants; ++v) {
-    if (tile_kernels_[v]) clReleaseKernel(tile_kernels_[v]);
-    if (tile_programs_[v]) clReleaseProgram(tile_programs_[v]);
-  }
+  for (auto& by_ab : tile_programs_)
+    for (auto& by_c : by_ab)
+      for (TileProgram& t : by_c) {
+        if (t.kernel) clReleaseKernel(t.kernel);
+        if (t.program) clReleaseProgram(t.program);
+      }
 }
 
 bool GemmEngine::own_kernel_takes(double work) const {
@@ -70,30 +72,42 @@ bool GemmEngine::own_kernel_takes(double work) const {
   return work <= policy_.max_work && (policy_.explicit_limit || is_gpu_);
 }
 
-void GemmEngine::gemm(const GemmCall& g) {
-  if (split_k(g)) return;  // epilogue included
-  // One launch with the bias and ReLU fused, when the own kernel takes this shape; another
-  // activation then takes one epilogue pass.
+bool GemmEngine::gemm(const GemmCall& g) {
   TiledGemm t = TiledGemm::of(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b,
                               g.ldb, g.beta, g.c, g.ldc);
+  t.ab_type = g.ab_type;
+  t.c_type = g.c_type;
+  if (g.ab_type != DType::f32) {
+    // 16-bit operands: the own kernel for the whole product (and its split-K slices, which fit
+    // wherever the whole does), or nothing.
+    const double work = double(g.m) * double(g.n) * double(std::max<size_t>(g.k, 1));
+    if (!own_kernel_takes(work) || tile_variant(t) < 0) return false;
+  }
+  if (split_k(g)) return true;  // epilogue included
+  // One launch with the bias and ReLU fused, when the own kernel takes this shape; another
+  // activation then takes one epilogue pass.
   t.bias = g.bias;
   t.bias_kind = g.bias_kind;
   t.relu = g.activation == UnaryOp::relu;
   const bool tiled_ran = tiled(t);
+  if (!tiled_ran && g.ab_type != DType::f32)
+    throw BackendError(queue_.label() + ": internal: the own GEMM refused a 16-bit product it "
+                       "was checked to take");
   const bool activation_left = g.activation != UnaryOp::identity && !t.relu;
-  if (tiled_ran && !activation_left) return;
+  if (tiled_ran && !activation_left) return true;
   if (!tiled_ran && g.k > 0)
     clblast(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
             g.ldc);
   const bool bias_left = !tiled_ran && g.bias_kind != 0;
   const bool rescale = !tiled_ran && g.k == 0;  // CLBlast refuses k == 0: C = beta C here
-  if (!bias_left && !rescale && g.activation == UnaryOp::identity) return;
-  queue_.launch(Kernel::gemm_epilogue, LaunchRange::items(g.m * g.n),
-                queue_.buffer(g.c, sizeof(float), "GEMM C"), cl_uint(g.ldc), cl_uint(g.m),
-                cl_uint(g.n),
-                bias_left ? queue_.buffer(g.bias, sizeof(float), "bias") : BufferArg{},
-                cl_int(bias_left ? g.bias_kind : 0), cl_int(g.activation), g.activation_alpha,
-                cl_int(rescale), g.beta);
+  if (!bias_left && !rescale && g.activation == UnaryOp::identity) return true;
+  queue_.launch_typed(Kernel::gemm_epilogue, g.c_type, LaunchRange::items(g.m * g.n),
+                      queue_.buffer(g.c, dtype_size(g.c_type), "GEMM C"), cl_uint(g.ldc),
+                      cl_uint(g.m), cl_uint(g.n),
+                      bias_left ? queue_.buffer(g.bias, sizeof(float), "bias") : BufferArg{},
+                      cl_int(bias_left ? g.bias_kind : 0), cl_int(g.activation),
+                      g.activation_alpha, cl_int(rescale), g.beta);
+  return true;
 }
 
 void GemmEngine::plain(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
@@ -144,15 +158,19 @@ void GemmEngine::clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
 void GemmEngine::strided_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                                  float alpha, DeviceMemory a, size_t lda, size_t a_stride,
                                  DeviceMemory b, size_t ldb, size_t b_stride, DeviceMemory c,
-                                 size_t ldc, size_t c_stride, size_t batch, size_t k_last) {
+                                 size_t ldc, size_t c_stride, size_t batch, size_t k_last,
+                                 DType ab_type) {
   if (batch == 0) return;
   TiledGemm t = TiledGemm::of(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+  t.ab_type = ab_type;
   t.batch = batch;
   t.k_last = k_last;
   t.a_batch = a_stride;
   t.b_batch = b_stride;
   t.c_batch = c_stride;
   if (tiled(t)) return;
+  if (ab_type != DType::f32)
+    throw BackendError(queue_.label() + ": internal: the own GEMM refused 16-bit split-K slices");
   // CLBlast: the entries alike in one call, a different last one on its own.
   const size_t alike = k_last == k ? batch : batch - 1;
   if (k_last != k) {
@@ -216,13 +234,14 @@ bool GemmEngine::split_k(const GemmCall& g) {
   const size_t b_step = g.trans_b ? slice_k : slice_k * g.ldb;
   // The tail slice (k - done terms, starting at slice `slices`) is the last batch entry.
   strided_batched(g.trans_a, g.trans_b, m, n, slice_k, g.alpha, g.a, g.lda, a_step, g.b, g.ldb,
-                  b_step, partial, n, m * n, rows, rows > slices ? k - done : slice_k);
-  queue_.launch(Kernel::split_k_sum, LaunchRange::items(m * n),
-                queue_.buffer(partial, sizeof(float), "split-K partial sums"), cl_uint(rows),
-                cl_uint(m), cl_uint(n), queue_.buffer(g.c, sizeof(float), "GEMM C"),
-                cl_uint(g.ldc), g.beta,
-                g.bias_kind ? queue_.buffer(g.bias, sizeof(float), "bias") : BufferArg{},
-                cl_int(g.bias_kind), cl_int(g.activation), g.activation_alpha);
+                  b_step, partial, n, m * n, rows, rows > slices ? k - done : slice_k,
+                  g.ab_type);
+  queue_.launch_typed(Kernel::split_k_sum, g.c_type, LaunchRange::items(m * n),
+                      queue_.buffer(partial, sizeof(float), "split-K partial sums"),
+                      cl_uint(rows), cl_uint(m), cl_uint(n),
+                      queue_.buffer(g.c, dtype_size(g.c_type), "GEMM C"), cl_uint(g.ldc), g.beta,
+                      g.bias_kind ? queue_.buffer(g.bias, sizeof(float), "bias") : BufferArg{},
+                      cl_int(g.bias_kind), cl_int(g.activation), g.activation_alpha);
   return true;
 }
 

@@ -31,8 +31,11 @@ struct GemmPolicy {
 };
 
 // One product on raw device memory, strides filled in: C[M,N] = alpha op(A) op(B) + beta C,
-// + bias (bias_kind 1: per column bias[N], 2: per row bias[M]), then the activation.
+// + bias (bias_kind 1: per column bias[N], 2: per row bias[M]), then the activation. A and B are
+// of ab_type, C of c_type (f32, f16 or bf16), the bias float32; 16-bit products always
+// accumulate in float.
 struct GemmCall {
+  DType ab_type = DType::f32, c_type = DType::f32;
   bool trans_a = false, trans_b = false;
   size_t m = 0, n = 0, k = 0;
   float alpha = 1.0f, beta = 0.0f;
@@ -46,8 +49,9 @@ struct GemmCall {
 
 // One call of the own GEMM kernel: `batch` products C_i = alpha op(A_i) op(B_i) + beta C_i
 // (+ bias, ReLU), op(A)[i, p] = A[i * a_rs + p * a_cs], op(B)[p, j] = B[p * b_rs + j * b_cs],
-// operand i starting `*_batch` floats after operand i-1.
+// operand i starting `*_batch` elements after operand i-1. Types as GemmCall's.
 struct TiledGemm {
+  DType ab_type = DType::f32, c_type = DType::f32;
   size_t m = 0, n = 0, k = 0, batch = 1;
   size_t k_last = size_t(-1);  // K of the last batch entry (a split-K tail); -1: k
   size_t c_plane = 0;          // > 0: C is a conv output [N, M, c_plane] (see gemm.cl)
@@ -71,26 +75,34 @@ class GemmEngine {
   GemmEngine& operator=(const GemmEngine&) = delete;
 
   // The whole product with its epilogue: split-K where it pays, else the own kernel where the
-  // policy and shape allow, else CLBlast and an epilogue kernel.
-  void gemm(const GemmCall& g);
-  // C = alpha op(A) op(B) + beta C alone, own kernel or CLBlast.
+  // policy and shape allow, else CLBlast and an epilogue kernel. 16-bit A and B run on the own
+  // kernel only (CLBlast's half GEMM accumulates in half, and it has no bfloat16): false, with
+  // nothing queued, when the policy or shape leaves such a product to CLBlast (the caller then
+  // stages it through float32).
+  bool gemm(const GemmCall& g);
+  // C = alpha op(A) op(B) + beta C alone in float32, own kernel or CLBlast.
   void plain(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
              DeviceMemory c, size_t ldc);
-  // `batch` products C_i = alpha op(A_i) op(B_i) (beta 0), X_i = X + i * x_stride floats; the
-  // last one multiplies k_last terms (a split-K tail; k_last == k: all alike).
+  // `batch` products C_i = alpha op(A_i) op(B_i) (beta 0), X_i = X + i * x_stride elements;
+  // the last one multiplies k_last terms (a split-K tail; k_last == k: all alike). C float32,
+  // A and B of ab_type (16-bit: the own kernel only, which gemm() has checked takes them).
   void strided_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                        DeviceMemory a, size_t lda, size_t a_stride, DeviceMemory b, size_t ldb,
                        size_t b_stride, DeviceMemory c, size_t ldc, size_t c_stride,
-                       size_t batch, size_t k_last);
+                       size_t batch, size_t k_last, DType ab_type = DType::f32);
   // Runs `t` on the own tiled kernel and returns true, or returns false (nothing queued) when
-  // the policy or the shape leaves it to CLBlast (gemm_tiled.cpp).
+  // the policy (float32 operands only: for 16-bit ones gemm() has decided) or the shape leaves
+  // it to CLBlast (gemm_tiled.cpp).
   bool tiled(const TiledGemm& t);
 
  private:
   // Whether the own kernel takes a product of `work` multiply-adds on this device (the policy;
   // shape limits aside).
   bool own_kernel_takes(double work) const;
+  // The tile shape (0..2) the own kernel would run `t` with, or -1 when its indices or launch
+  // grid do not fit the kernel (the policy aside).
+  int tile_variant(const TiledGemm& t) const;
   // How many K slices split_k cuts this product into (1: none).
   size_t split_k_slices(const GemmCall& g) const;
   // The product as a split-K sum with its epilogue; false when the shape does not call for it.
@@ -98,18 +110,21 @@ class GemmEngine {
   void clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
                DeviceMemory c, size_t ldc);
-  // The tile program `variant` (built on first use) and its kernel.
-  cl_kernel tile_kernel(int variant);
+  // The tile program of shape `variant` for these operand types (built on first use).
+  struct TileProgram {
+    std::once_flag once;
+    cl_program program = nullptr;
+    cl_kernel kernel = nullptr;
+  };
+  TileProgram& tile_program(int variant, DType ab_type, DType c_type);
 
   ClQueue& queue_;
   const GemmPolicy policy_;
   const bool is_gpu_;
   const int compute_units_;
 
-  static constexpr int kTileVariants = 3;
-  std::once_flag tile_once_[kTileVariants];
-  cl_program tile_programs_[kTileVariants] = {};
-  cl_kernel tile_kernels_[kTileVariants] = {};
+  // Per tile shape (3) x A/B type x C type (f32, f16, bf16 each).
+  TileProgram tile_programs_[3][3][3];
 
   // CLBlast's scratch for padded GEMMs and the split-K partial products, grown to the largest
   // need and kept (no allocation once a step has run).

@@ -1,6 +1,6 @@
 // The own tiled GEMM (kernels/opencl/gemm.cl): which tile shape, whether a shape fits its
 // 32-bit indexing, and its launch: one enqueue with the bias and ReLU fused, no host-side
-// scratch.
+// scratch; A and B in float32, float16 or bfloat16, C in float32 or 16-bit, float accumulation.
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -11,8 +11,9 @@
 namespace trident::opencl {
 namespace {
 
-// Tile shapes, smallest first; each is a separate program (-D options), so every loop bound in
-// the kernel is a compile-time constant and the accumulators stay in registers. The small tile
+// Tile shapes, smallest first; each is a separate program (-D options; one more per operand
+// types), so every loop bound in the kernel is a compile-time constant and the accumulators stay
+// in registers. The small tile
 // serves long-K products with few output tiles (200x10x512): a deep K slice halves the number of
 // latency-bound load/barrier rounds.
 struct GemmTile {
@@ -81,30 +82,49 @@ TiledGemm TiledGemm::of(bool trans_a, bool trans_b, size_t m, size_t n, size_t k
   return t;
 }
 
-cl_kernel GemmEngine::tile_kernel(int variant) {
-  std::call_once(tile_once_[variant], [this, variant] {
-    cl_program program =
-        queue_.build_program(kTiles[variant].options, kernel_file_text("gemm"), {"gemm_tiled"});
+GemmEngine::TileProgram& GemmEngine::tile_program(int variant, DType ab_type, DType c_type) {
+  const auto index = [](DType t) { return t == DType::f16 ? 1 : t == DType::bf16 ? 2 : 0; };
+  const char* const kTypeNames[] = {"", "F16", "BF16"};
+  TileProgram& tp = tile_programs_[variant][index(ab_type)][index(c_type)];
+  std::call_once(tp.once, [&] {
+    std::string options = kTiles[variant].options;
+    if (index(ab_type)) options += std::string(" -DAB_") + kTypeNames[index(ab_type)];
+    if (index(c_type)) options += std::string(" -DC_") + kTypeNames[index(c_type)];
+    cl_program program = queue_.build_program(
+        options, kernel_file_text("storage") + kernel_file_text("gemm"), {"gemm_tiled"});
     cl_int status = CL_SUCCESS;
     cl_kernel kernel = clCreateKernel(program, "gemm_tiled", &status);
     if (status != CL_SUCCESS) clReleaseProgram(program);
     TRIDENT_CL_CHECK(status, queue_.label() + ", kernel gemm_tiled");
-    tile_programs_[variant] = program;
-    tile_kernels_[variant] = kernel;
+    tp.program = program;
+    tp.kernel = kernel;
   });
-  return tile_kernels_[variant];
+  return tp;
+}
+
+int GemmEngine::tile_variant(const TiledGemm& t) const {
+  if (t.k_last != size_t(-1) && t.k_last > t.k) return -1;  // fits_int below checks k
+  if (!fits_int(t.m, t.a_rs, t.k, t.a_cs) || !fits_int(t.k, t.b_rs, t.n, t.b_cs) ||
+      !fits_int(t.m, t.c_plane ? t.n : t.ldc, t.n, 1) || t.k > size_t(INT_MAX / 2))
+    return -1;  // CLBlast takes matrices whose indices need 64 bits
+  const int variant = pick_variant(t, compute_units_, policy_.tile);
+  const GemmTile& tile = kTiles[variant];
+  // NVIDIA maps the NDRange's 2nd and 3rd dimensions to CUDA grid y and z: at most 65535 groups.
+  constexpr size_t kMaxGroupsYZ = 65535;
+  if ((t.n + tile.n - 1) / tile.n * kGemmSide > UINT_MAX ||
+      (t.m + tile.m - 1) / tile.m > kMaxGroupsYZ || t.batch > kMaxGroupsYZ)
+    return -1;
+  return variant;
 }
 
 bool GemmEngine::tiled(const TiledGemm& t) {
-  if (policy_.mode == OwnGemmMode::never) return false;
+  const bool float_operands = t.ab_type == DType::f32;
+  if (float_operands && policy_.mode == OwnGemmMode::never) return false;
   if (t.m == 0 || t.n == 0 || t.batch == 0) return true;
   const double work = double(t.m) * double(t.n) * double(std::max<size_t>(t.k, 1)) * t.batch;
-  if (t.k_last != size_t(-1) && t.k_last > t.k) return false;  // fits_int below checks k
-  if (!own_kernel_takes(work)) return false;
-  if (!fits_int(t.m, t.a_rs, t.k, t.a_cs) || !fits_int(t.k, t.b_rs, t.n, t.b_cs) ||
-      !fits_int(t.m, t.c_plane ? t.n : t.ldc, t.n, 1) || t.k > size_t(INT_MAX / 2))
-    return false;  // CLBlast takes matrices whose indices need 64 bits
-  const int variant = pick_variant(t, compute_units_, policy_.tile);
+  if (float_operands && !own_kernel_takes(work)) return false;
+  const int variant = tile_variant(t);
+  if (variant < 0) return false;
   const GemmTile& tile = kTiles[variant];
   LaunchRange range;
   range.dims = 3;
@@ -114,20 +134,16 @@ bool GemmEngine::tiled(const TiledGemm& t) {
   range.local[0] = kGemmSide;
   range.local[1] = kGemmSide;
   range.local[2] = 1;
-  // NVIDIA maps the NDRange's 2nd and 3rd dimensions to CUDA grid y and z: at most 65535 groups.
-  constexpr size_t kMaxGroupsYZ = 65535;
-  if (range.global[0] > UINT_MAX || range.global[1] / kGemmSide > kMaxGroupsYZ ||
-      t.batch > kMaxGroupsYZ)
-    return false;
-  const cl_kernel kernel = tile_kernel(variant);  // builds the program on first use
+  const TileProgram& program = tile_program(variant, t.ab_type, t.c_type);  // built on first use
   const bool has_bias = t.bias && t.bias_kind != 0;
   const size_t k_last = t.k_last == size_t(-1) ? t.k : t.k_last;
+  const size_t ab_size = dtype_size(t.ab_type), c_size = dtype_size(t.c_type);
   queue_.launch_from(
-      tile_programs_[variant], kernel, "gemm_tiled", kTileKernelNames[variant], range,
+      program.program, program.kernel, "gemm_tiled", kTileKernelNames[variant], range,
       cl_uint(t.m), cl_uint(t.n), cl_uint(t.k), cl_uint(k_last),
-      queue_.buffer(t.a, sizeof(float), "GEMM A"), cl_int(t.a_rs), cl_int(t.a_cs),
-      cl_ulong(t.a_batch), queue_.buffer(t.b, sizeof(float), "GEMM B"), cl_int(t.b_rs),
-      cl_int(t.b_cs), cl_ulong(t.b_batch), queue_.buffer(t.c, sizeof(float), "GEMM C"),
+      queue_.buffer(t.a, ab_size, "GEMM A"), cl_int(t.a_rs), cl_int(t.a_cs),
+      cl_ulong(t.a_batch), queue_.buffer(t.b, ab_size, "GEMM B"), cl_int(t.b_rs),
+      cl_int(t.b_cs), cl_ulong(t.b_batch), queue_.buffer(t.c, c_size, "GEMM C"),
       cl_int(t.ldc), cl_uint(t.c_plane), cl_ulong(t.c_batch), t.alpha, t.beta,
       has_bias ? queue_.buffer(t.bias, sizeof(float), "bias") : BufferArg{},
       cl_int(has_bias ? t.bias_kind : 0), cl_int(t.relu));

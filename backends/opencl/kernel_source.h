@@ -3,15 +3,18 @@
 #pragma once
 #include <string>
 
+#include "trident/core/dtype.h"
+
 namespace trident::opencl {
 
 // The text of kernels/opencl/<name>.cl (embedded, or read from disk in a developer build).
 std::string kernel_file_text(const char* name);
 
-// The main program: the codes the kernels share (UNARY_<name> from TRIDENT_UNARY_OPS,
-// DEVICE_ERROR_* from DeviceErrorCode) as #defines, then every op family's file. The own GEMM's
-// tile programs are built separately (gemm_engine.cpp).
-std::string main_program_source();
+// The main program for activations stored as `storage` (f32, f16 or bf16: storage.cl's act_t):
+// the codes the kernels share (UNARY_<name> from TRIDENT_UNARY_OPS, DEVICE_ERROR_* from
+// DeviceErrorCode, DTYPE_* from DType) as #defines, then every op family's file. The own GEMM's
+// tile programs are built separately (gemm_tiled.cpp).
+std::string main_program_source(DType storage);
 
 // Every kernel of the main program, one X(name) per __kernel, grouped by .cl file.
 #define TRIDENT_OPENCL_KERNELS(X)                                                               \
@@ -28,7 +31,8 @@ std::string main_program_source();
   /* softmax_nll.cl */ X(log_softmax_forward) X(log_softmax_backward) X(nll_loss_forward)      \
   X(nll_loss_backward) X(log_softmax_nll) X(mse_loss) X(count_correct)                         \
   /* gather.cl */ X(gather_rows_u32) X(gather_rows_u8) X(gather_samples) X(advance_step)       \
-  /* optimizers.cl */ X(sgd_update) X(adam_update)                                             \
+  /* optimizers.cl */ X(sgd_update) X(adam_update) X(update_loss_scale)                       \
+  /* convert.cl */ X(convert)                                                                  \
   /* gemm.cl (main-program part) */ X(gemm_epilogue) X(split_k_sum)
 
 enum class Kernel : int {

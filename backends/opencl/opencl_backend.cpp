@@ -128,6 +128,11 @@ class OpenClBackend final : public Backend {
                   device_string(id, CL_DEVICE_OPENCL_C_VERSION) + "; platform " +
                   opencl::platform_string(platform, CL_PLATFORM_NAME) + " (" +
                   opencl::platform_string(platform, CL_PLATFORM_VERSION) + ")";
+    // bf16 / fp16 tensors need no extension (16-bit storage through vload_half / vstore_half
+    // and ushort bit rounding, float arithmetic); whether the device also has half arithmetic:
+    const bool fp16 =
+        device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp16") != std::string::npos;
+    info.detail += fp16 ? "; cl_khr_fp16" : "; no cl_khr_fp16";
     info.memory_bytes = opencl::device_value<cl_ulong>(id, CL_DEVICE_GLOBAL_MEM_SIZE);
     info.compute_units =
         static_cast<int>(opencl::device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));

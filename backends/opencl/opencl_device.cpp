@@ -55,9 +55,14 @@ void OpenClDevice::do_fill(const Tensor& dst, float value) {
       const int32_t word = static_cast<int32_t>(value);
       return queue_.fill(m, &word, sizeof word, bytes);
     }
+    case DType::f16:
+    case DType::bf16: {  // the value rounded once, as convert() rounds it
+      const uint16_t bits = float_to_half_bits(dst.dtype(), value);
+      return queue_.fill(m, &bits, sizeof bits, bytes);
+    }
     default:
-      throw ShapeError(info_.id() + ": fill with a non-zero value supports F32 and I32, not " +
-                       dtype_name(dst.dtype()));
+      throw ShapeError(info_.id() + ": fill with a non-zero value supports F32, F16, BF16 and " +
+                       "I32, not " + dtype_name(dst.dtype()));
   }
 }
 

@@ -39,6 +39,10 @@ class OpenClDevice final : public Device {
   void do_copy_to_host(void* host, DeviceMemory src, size_t bytes) override;
   void do_copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) override;
   void do_fill(const Tensor& dst, float value) override;
+  // ops_convert.cpp
+  bool do_native(OpFamily family, DType dtype) const override;
+  void do_convert(const Tensor& src, const Tensor& dst) override;
+  void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) override;
   void do_synchronize() override;
   std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override;
 
@@ -111,10 +115,14 @@ class OpenClDevice final : public Device {
   void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
                       const Tensor& v, const AdamParams& hp, const UpdateControl& control,
                       const Tensor& step_state) override;
+  void do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
+                            const LossScaleParams& params) override;
 
  private:
   // The device's error flag as a kernel argument (core/device.h).
   BufferArg error_flag_arg();
+  // The float32 weights a convolution's GEMMs multiply (ops_conv2d.cpp).
+  DeviceMemory conv_weights(const Conv2dShape& s, const Tensor& w, const Tensor& workspace);
   // How to cut per-channel reductions of this shape; `floats_per_partial` partial values per
   // (piece, channel) and `reserved` more floats must fit in the reduction scratch.
   ChannelSplit channel_split(int64_t outer, int64_t channels, int64_t inner,

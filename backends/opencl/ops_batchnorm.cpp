@@ -1,6 +1,7 @@
 // The batch-norm slots (kernels/opencl/batchnorm.cl): with one piece per channel (many channels)
 // a work-group per channel does a whole pass in one launch; with several (few channels, long
-// runs) partial statistics, a finish per channel and an elementwise pass.
+// runs) partial statistics, a finish per channel and an elementwise pass. x, y, dx and dy share
+// one type (the front checks it): the kernels run in that storage type.
 #include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
@@ -13,7 +14,8 @@ void OpenClDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, 
   const cl_uint outer = cl_uint(s.outer), channels = cl_uint(s.channels);
   const cl_uint inner = cl_uint(s.inner), n = cl_uint(s.numel());
   const auto normalize = [&](const Tensor& mean, const Tensor& spread, bool spread_is_var) {
-    queue_.launch(Kernel::batchnorm_normalize, LaunchRange::items(n), queue_.buffer(x, "x"),
+    queue_.launch_typed(Kernel::batchnorm_normalize, x.dtype(), LaunchRange::items(n),
+                  queue_.buffer(x, "x"),
                   queue_.optional(gamma, "gamma"), queue_.optional(beta, "beta"),
                   queue_.buffer(mean, "mean"), queue_.buffer(spread, "variance"),
                   cl_int(spread_is_var), s.eps, queue_.buffer(y, "y"), n, channels, inner);
@@ -21,7 +23,8 @@ void OpenClDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, 
   if (!training) return normalize(running_mean, running_var, true);
   const ChannelSplit split = channel_split(s.outer, s.channels, s.inner, 3, 0);
   if (split.pieces == 1) {
-    queue_.launch(Kernel::batchnorm_forward_channel, LaunchRange::groups(channels, 256),
+    queue_.launch_typed(Kernel::batchnorm_forward_channel, x.dtype(),
+                  LaunchRange::groups(channels, 256),
                   queue_.buffer(x, "x"), queue_.optional(gamma, "gamma"),
                   queue_.optional(beta, "beta"), queue_.buffer(running_mean, "running_mean"),
                   queue_.buffer(running_var, "running_var"), queue_.buffer(y, "y"),
@@ -30,7 +33,7 @@ void OpenClDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, 
     return;
   }
   const BufferArg partial{reduce_scratch_.mem, 0};
-  queue_.launch(Kernel::batchnorm_moments,
+  queue_.launch_typed(Kernel::batchnorm_moments, x.dtype(),
                 LaunchRange::groups(size_t(split.pieces) * channels, 256), queue_.buffer(x, "x"),
                 outer, channels, inner, split.per_piece, partial);
   queue_.launch(Kernel::batchnorm_moments_finish, LaunchRange::items(channels, 64), partial,
@@ -56,7 +59,8 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
   // The per-channel dx coefficients (2 floats each) follow the partial sums in the scratch.
   const ChannelSplit split = channel_split(s.outer, s.channels, s.inner, 2, 2 * size_t(channels));
   if (split.pieces == 1) {
-    queue_.launch(Kernel::batchnorm_backward_channel, LaunchRange::groups(channels, 256),
+    queue_.launch_typed(Kernel::batchnorm_backward_channel, x.dtype(),
+                  LaunchRange::groups(channels, 256),
                   queue_.buffer(x, "x"), queue_.buffer(dy, "dy"), queue_.optional(gamma, "gamma"),
                   queue_.buffer(save_mean, "save_mean"), queue_.buffer(save_invstd, "save_invstd"),
                   queue_.buffer(dx, "dx"), queue_.optional(dgamma, "dgamma"),
@@ -65,7 +69,7 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
   }
   const BufferArg partial{reduce_scratch_.mem, 0};
   const BufferArg coef{reduce_scratch_.mem, cl_ulong(split.pieces) * channels * 2};
-  queue_.launch(Kernel::batchnorm_gradient_sums,
+  queue_.launch_typed(Kernel::batchnorm_gradient_sums, x.dtype(),
                 LaunchRange::groups(size_t(split.pieces) * channels, 256), queue_.buffer(x, "x"),
                 queue_.buffer(dy, "dy"), queue_.buffer(save_mean, "save_mean"), outer, channels,
                 inner, split.per_piece, partial);
@@ -73,7 +77,8 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
                 split.pieces, channels, cl_uint(s.outer * s.inner),
                 queue_.buffer(save_invstd, "save_invstd"), queue_.optional(dgamma, "dgamma"),
                 queue_.optional(dbeta, "dbeta"), coef);
-  queue_.launch(Kernel::batchnorm_input_gradient, LaunchRange::items(n), queue_.buffer(x, "x"),
+  queue_.launch_typed(Kernel::batchnorm_input_gradient, x.dtype(), LaunchRange::items(n),
+                queue_.buffer(x, "x"),
                 queue_.buffer(dy, "dy"), queue_.optional(gamma, "gamma"),
                 queue_.buffer(save_mean, "save_mean"), queue_.buffer(save_invstd, "save_invstd"),
                 coef, queue_.buffer(dx, "dx"), n, channels, inner);

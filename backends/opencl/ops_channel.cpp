@@ -1,8 +1,9 @@
 // The per-channel slots (kernels/opencl/channel.cl): the affine map, and the channel sums cut into
 // pieces (ChannelSplit) so that one channel with a very long run fills the device as well as
-// many short channels do.
+// many short channels do; x and y in the storage type they share (CallStorage).
 #include <algorithm>
 
+#include "trident/backends/opencl/call_storage.h"
 #include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
@@ -35,14 +36,20 @@ ChannelSplit OpenClDevice::channel_split(int64_t outer, int64_t channels, int64_
 
 void OpenClDevice::do_channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift,
                                      const Tensor& y, int64_t, int64_t channels, int64_t inner) {
-  queue_.launch(Kernel::channel_affine, LaunchRange::items(size_t(x.numel())),
-                queue_.buffer(x, "x"), queue_.optional(scale, "scale"),
-                queue_.optional(shift, "shift"), queue_.buffer(y, "y"), cl_uint(x.numel()),
-                cl_uint(channels), cl_uint(inner));
+  CallStorage call(*this, {&x, &y});
+  const Tensor xs = call.in(x), ys = call.out(y);
+  queue_.launch_typed(Kernel::channel_affine, call.type(), LaunchRange::items(size_t(x.numel())),
+                      queue_.buffer(xs, "x"), queue_.optional(scale, "scale"),
+                      queue_.optional(shift, "shift"), queue_.buffer(ys, "y"),
+                      cl_uint(x.numel()), cl_uint(channels), cl_uint(inner));
+  call.finish();
 }
 
 void OpenClDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tensor& out,
                                    int64_t outer, int64_t channels, int64_t inner, float beta) {
+  CallStorage call(*this, {&x, &y});
+  const Tensor xs = call.in(x), ys = call.in(y);
+  const DType type = call.type();
   const BufferArg partial{reduce_scratch_.mem, 0};
   const auto finish = [&](cl_uint pieces) {
     queue_.launch(Kernel::channel_sums_finish, LaunchRange::items(size_t(channels), 64), partial,
@@ -58,15 +65,15 @@ void OpenClDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tenso
     range.global[1] = size_t(split.pieces) * 8;
     range.local[0] = 32;
     range.local[1] = 8;
-    queue_.launch(Kernel::channel_sums_columns, range, queue_.buffer(x, "x"),
-                  queue_.optional(y, "y"), cl_uint(outer), cl_uint(channels), split.per_piece,
-                  queue_.buffer(out, "out"), beta, partial, direct);
+    queue_.launch_typed(Kernel::channel_sums_columns, type, range, queue_.buffer(xs, "x"),
+                        queue_.optional(ys, "y"), cl_uint(outer), cl_uint(channels),
+                        split.per_piece, queue_.buffer(out, "out"), beta, partial, direct);
   } else {
-    queue_.launch(Kernel::channel_sums_runs,
-                  LaunchRange::groups(size_t(split.pieces) * size_t(channels), 256),
-                  queue_.buffer(x, "x"), queue_.optional(y, "y"), cl_uint(outer),
-                  cl_uint(channels), cl_uint(inner), split.per_piece, queue_.buffer(out, "out"),
-                  beta, partial, direct);
+    queue_.launch_typed(Kernel::channel_sums_runs, type,
+                        LaunchRange::groups(size_t(split.pieces) * size_t(channels), 256),
+                        queue_.buffer(xs, "x"), queue_.optional(ys, "y"), cl_uint(outer),
+                        cl_uint(channels), cl_uint(inner), split.per_piece,
+                        queue_.buffer(out, "out"), beta, partial, direct);
   }
   if (!direct) finish(split.pieces);
 }

@@ -1,9 +1,12 @@
 // The convolution slots: im2col over the whole batch and one GEMM per product (NCHW, rectangular
 // kernels, strides and padding; kernels/opencl/im2col.cl and conv2d.cl).
 //
-// Workspace (floats): col [CKK + 1, L] | product [OC, L] | partial [S (+1), OC, CKK + 1], with
-// CKK = C*KH*KW, L = N*OH*OW, columns j = n*OH*OW + oh*OW + ow (the "channel-major" layout) and
-// col's last row all ones.
+// Workspace (floats): col [CKK + 1, L] | product [OC, L] | partial [S (+1), OC, CKK + 1]
+// (| w32 [OC, CKK] for 16-bit convolutions), with CKK = C*KH*KW, L = N*OH*OW, columns
+// j = n*OH*OW + oh*OW + ow (the "channel-major" layout) and col's last row all ones.
+// In float16 and bfloat16 (s.dtype), x, w, y, dx and dy stay 16-bit: the layout kernels read and
+// write them as act_t while the workspace stays float32, so the GEMMs are the float32 ones
+// (w converted once into w32) and each output is rounded once, as the CPU's staged convolution.
 // Forward:  col = im2col(x); y = W[OC, CKK] col[:CKK] + b, written in NCHW with the bias by the
 //           own GEMM (one launch), or by CLBlast into product plus a conv_output_nchw pass.
 //           The workspace then holds x's columns: the forward returns true.
@@ -45,15 +48,28 @@ struct ConvLayout {
   }
   size_t product_offset() const { return taps * cols * sizeof(float); }
   size_t partial_offset() const { return (taps + g.out_channels) * cols * sizeof(float); }
-  size_t bytes() const {
+  size_t w32_offset() const {
     return partial_offset() + partial_rows() * g.out_channels * taps * sizeof(float);
+  }
+  size_t bytes(DType dtype) const {
+    return w32_offset() + (dtype == DType::f32 ? 0 : g.out_channels * patch * sizeof(float));
   }
 };
 
 }  // namespace
 
 size_t OpenClDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
-  return ConvLayout(s).bytes();
+  return ConvLayout(s).bytes(s.dtype);
+}
+
+// The weights the GEMMs multiply: w itself in float32, else its float32 copy in the workspace.
+DeviceMemory OpenClDevice::conv_weights(const Conv2dShape& s, const Tensor& w,
+                                        const Tensor& workspace) {
+  if (w.dtype() == DType::f32) return w.memory();
+  const ConvLayout L(s);
+  const Tensor w32 = workspace.reinterpret(DType::f32, {w.numel()}, L.w32_offset());
+  do_convert(w, w32);
+  return w32.memory();
 }
 
 bool OpenClDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
@@ -61,22 +77,25 @@ bool OpenClDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, cons
   const ConvLayout L(s);
   const ConvGeometry& d = L.g;
   const DeviceMemory col = workspace.memory(), product = col.at(L.product_offset());
-  queue_.launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * L.cols),
-                queue_.buffer(x, "x"), queue_.buffer(col, sizeof(float), "workspace"), d.batch,
-                d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w,
-                d.pad_h, d.pad_w, d.out_h, d.out_w, cl_int(1));
+  const DeviceMemory weights = conv_weights(s, w, workspace);
+  queue_.launch_typed(Kernel::im2col, s.dtype, LaunchRange::items(size_t(d.channels) * L.cols),
+                      queue_.buffer(x, "x"), queue_.buffer(col, sizeof(float), "workspace"),
+                      d.batch, d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h,
+                      d.stride_w, d.pad_h, d.pad_w, d.out_h, d.out_w, cl_int(1));
   // The own GEMM writes y in NCHW with the bias added; CLBlast needs the product and a pass.
-  TiledGemm t = TiledGemm::of(false, false, d.out_channels, L.cols, L.patch, 1.0f, w.memory(),
+  TiledGemm t = TiledGemm::of(false, false, d.out_channels, L.cols, L.patch, 1.0f, weights,
                               L.patch, col, L.cols, 0.0f, y.memory(), L.cols);
+  t.c_type = s.dtype;
   t.c_plane = d.plane();
   t.bias = b.memory();
   t.bias_kind = b.defined() ? 2 : 0;
   if (gemm_.tiled(t)) return true;
-  gemm_.plain(false, false, d.out_channels, L.cols, L.patch, 1.0f, w.memory(), L.patch, col,
+  gemm_.plain(false, false, d.out_channels, L.cols, L.patch, 1.0f, weights, L.patch, col,
               L.cols, 0.0f, product, L.cols);
-  queue_.launch(Kernel::conv_output_nchw, LaunchRange::items(d.out_channels * L.cols),
-                queue_.buffer(product, sizeof(float), "workspace"), queue_.buffer(y, "y"),
-                queue_.optional(b, "bias"), d.batch, d.out_channels, cl_uint(d.plane()));
+  queue_.launch_typed(Kernel::conv_output_nchw, s.dtype,
+                      LaunchRange::items(d.out_channels * L.cols),
+                      queue_.buffer(product, sizeof(float), "workspace"), queue_.buffer(y, "y"),
+                      queue_.optional(b, "bias"), d.batch, d.out_channels, cl_uint(d.plane()));
   return true;
 }
 
@@ -89,13 +108,14 @@ bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, con
   const DeviceMemory col = workspace.memory(), product = col.at(L.product_offset());
   const DeviceMemory partial = col.at(L.partial_offset());
   if (!workspace_valid)
-    queue_.launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * L.cols),
-                  queue_.buffer(x, "x"), queue_.buffer(col, sizeof(float), "workspace"),
-                  d.batch, d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h,
-                  d.stride_w, d.pad_h, d.pad_w, d.out_h, d.out_w, cl_int(1));
-  queue_.launch(Kernel::conv_grad_channel_major, LaunchRange::items(d.out_channels * L.cols),
-                queue_.buffer(dy, "dy"), queue_.buffer(product, sizeof(float), "workspace"),
-                d.batch, d.out_channels, cl_uint(d.plane()));
+    queue_.launch_typed(Kernel::im2col, s.dtype, LaunchRange::items(size_t(d.channels) * L.cols),
+                        queue_.buffer(x, "x"), queue_.buffer(col, sizeof(float), "workspace"),
+                        d.batch, d.channels, d.height, d.width, d.kernel_h, d.kernel_w,
+                        d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.out_h, d.out_w, cl_int(1));
+  queue_.launch_typed(Kernel::conv_grad_channel_major, s.dtype,
+                      LaunchRange::items(d.out_channels * L.cols), queue_.buffer(dy, "dy"),
+                      queue_.buffer(product, sizeof(float), "workspace"), d.batch,
+                      d.out_channels, cl_uint(d.plane()));
   // partial [rows, OC, taps] = product[OC, L] col[taps, L]^T, split over L when L is long.
   const size_t grads = size_t(d.out_channels) * L.taps;
   if (L.slices == 0) {
@@ -114,12 +134,13 @@ bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, con
                 queue_.optional(db, "db"));
   if (!dx.defined()) return true;  // the columns are untouched
   // col[CKK, L] = W[OC, CKK]^T product[OC, L], over the columns of x.
-  gemm_.plain(true, false, L.patch, L.cols, d.out_channels, 1.0f, w.memory(), L.patch, product,
-              L.cols, 0.0f, col, L.cols);
-  queue_.launch(Kernel::col2im, LaunchRange::items(size_t(d.batch) * d.channels * d.input_plane()),
-                queue_.buffer(col, sizeof(float), "workspace"), queue_.buffer(dx, "dx"), d.batch,
-                d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w,
-                d.pad_h, d.pad_w, d.out_h, d.out_w);
+  gemm_.plain(true, false, L.patch, L.cols, d.out_channels, 1.0f, conv_weights(s, w, workspace),
+              L.patch, product, L.cols, 0.0f, col, L.cols);
+  queue_.launch_typed(Kernel::col2im, s.dtype,
+                      LaunchRange::items(size_t(d.batch) * d.channels * d.input_plane()),
+                      queue_.buffer(col, sizeof(float), "workspace"), queue_.buffer(dx, "dx"),
+                      d.batch, d.channels, d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h,
+                      d.stride_w, d.pad_h, d.pad_w, d.out_h, d.out_w);
   return false;
 }
 

@@ -1,5 +1,6 @@
 // The data slots (kernels/opencl/gather.cl): batch gathers by index table, read on the device
 // from step_state so that a captured step replays with the next batch, and the step counter.
+// Samples land in dst's storage type (float32 or 16-bit).
 #include <string>
 
 #include "trident/backends/opencl/opencl_device.h"
@@ -40,7 +41,8 @@ void OpenClDevice::do_gather_samples(const Tensor& src, const Tensor& table,
   const BufferArg src_bytes = queue_.buffer(src.memory(), 1, "source samples");
   const OptionalBufferArg mean = queue_.optional(t.mean, "mean"),
                           inv_std = queue_.optional(t.inv_std, "inv_std");
-  queue_.launch(Kernel::gather_samples, LaunchRange::groups(rows * chunks, 256), src_bytes,
+  queue_.launch_typed(Kernel::gather_samples, dst.dtype(), LaunchRange::groups(rows * chunks, 256),
+                src_bytes,
                 cl_int(u8), cl_uint(src.dim(0)), cl_uint(src.dim(1)), cl_uint(src.dim(2)),
                 cl_uint(src.dim(3)), cl_uint(chunks), queue_.buffer(table, "index table"),
                 cl_uint(table.numel()), cl_uint(rows), queue_.buffer(step_state, "step_state"),

@@ -1,5 +1,6 @@
 // The patch-matrix slots (kernels/opencl/im2col.cl) for one sample: the batch kernels with batch
-// 1 and no ones row produce exactly Device::im2col's [C*KH*KW, OH*OW] layout.
+// 1 and no ones row produce exactly Device::im2col's [C*KH*KW, OH*OW] layout. The kernels keep
+// the columns in float (the convolution's workspace): 16-bit columns pass through float32 scratch.
 #include "trident/backends/opencl/conv_geometry.h"
 #include "trident/backends/opencl/opencl_device.h"
 
@@ -7,18 +8,30 @@ namespace trident::opencl {
 
 void OpenClDevice::do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
   const ConvGeometry d(s);
-  queue_.launch(Kernel::im2col, LaunchRange::items(size_t(d.channels) * d.plane()),
-                queue_.buffer(x, "x"), queue_.buffer(col, "col"), cl_uint(1), d.channels,
-                d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w, d.pad_h,
-                d.pad_w, d.out_h, d.out_w, cl_int(0));
+  const size_t mark = scratch_mark();
+  const Tensor cols = col.dtype() == DType::f32 ? col : scratch(DType::f32, col.shape());
+  queue_.launch_typed(Kernel::im2col, x.dtype(), LaunchRange::items(size_t(d.channels) * d.plane()),
+                      queue_.buffer(x, "x"), queue_.buffer(cols, "col"), cl_uint(1), d.channels,
+                      d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w, d.pad_h,
+                      d.pad_w, d.out_h, d.out_w, cl_int(0));
+  if (col.dtype() != DType::f32) do_convert(cols, col);
+  release_scratch(mark);
 }
 
 void OpenClDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
   const ConvGeometry d(s);
-  queue_.launch(Kernel::col2im, LaunchRange::items(size_t(d.channels) * d.input_plane()),
-                queue_.buffer(col, "col"), queue_.buffer(dx, "dx"), cl_uint(1), d.channels,
-                d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w, d.pad_h,
-                d.pad_w, d.out_h, d.out_w);
+  const size_t mark = scratch_mark();
+  Tensor cols = col;
+  if (col.dtype() != DType::f32) {
+    cols = scratch(DType::f32, col.shape());
+    do_convert(col, cols);
+  }
+  queue_.launch_typed(Kernel::col2im, dx.dtype(),
+                      LaunchRange::items(size_t(d.channels) * d.input_plane()),
+                      queue_.buffer(cols, "col"), queue_.buffer(dx, "dx"), cl_uint(1), d.channels,
+                      d.height, d.width, d.kernel_h, d.kernel_w, d.stride_h, d.stride_w, d.pad_h,
+                      d.pad_w, d.out_h, d.out_w);
+  release_scratch(mark);
 }
 
 }  // namespace trident::opencl

@@ -1,5 +1,6 @@
 // The pooling slots (kernels/opencl/pool2d.cl): max pooling with its argmax and fused ReLU, and
-// average pooling with a work-group per plane for global average pooling.
+// average pooling with a work-group per plane for global average pooling. The front checks that
+// y has x's type and dx dy's: the kernels run in that storage type.
 #include "trident/backends/opencl/opencl_device.h"
 
 namespace trident::opencl {
@@ -14,7 +15,8 @@ bool global_window(const Pool2dShape& s) {
 
 void OpenClDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                         const Tensor& argmax) {
-  queue_.launch(Kernel::maxpool2d_forward, LaunchRange::items(size_t(s.output_numel())),
+  queue_.launch_typed(Kernel::maxpool2d_forward, x.dtype(),
+                LaunchRange::items(size_t(s.output_numel())),
                 queue_.buffer(x, "x"), queue_.buffer(y, "y"), queue_.buffer(argmax, "argmax"),
                 cl_uint(s.batch * s.channels), cl_uint(s.height), cl_uint(s.width),
                 cl_uint(s.kernel_h), cl_uint(s.kernel_w), cl_uint(s.stride_h),
@@ -24,7 +26,8 @@ void OpenClDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, c
 
 void OpenClDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                          const Tensor& argmax, const Tensor& dx) {
-  queue_.launch(Kernel::maxpool2d_backward, LaunchRange::items(size_t(s.input_numel())),
+  queue_.launch_typed(Kernel::maxpool2d_backward, dy.dtype(),
+                LaunchRange::items(size_t(s.input_numel())),
                 queue_.buffer(dy, "dy"), queue_.buffer(argmax, "argmax"), queue_.buffer(dx, "dx"),
                 cl_uint(s.batch * s.channels), cl_uint(s.height), cl_uint(s.width),
                 cl_uint(s.kernel_h), cl_uint(s.kernel_w), cl_uint(s.stride_h),
@@ -34,11 +37,13 @@ void OpenClDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
 
 void OpenClDevice::do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
   if (global_window(s)) {
-    queue_.launch(Kernel::avgpool2d_global, LaunchRange::groups(size_t(s.batch * s.channels), 64),
+    queue_.launch_typed(Kernel::avgpool2d_global, x.dtype(),
+                  LaunchRange::groups(size_t(s.batch * s.channels), 64),
                   queue_.buffer(x, "x"), queue_.buffer(y, "y"), cl_uint(s.height * s.width));
     return;
   }
-  queue_.launch(Kernel::avgpool2d_forward, LaunchRange::items(size_t(s.output_numel())),
+  queue_.launch_typed(Kernel::avgpool2d_forward, x.dtype(),
+                LaunchRange::items(size_t(s.output_numel())),
                 queue_.buffer(x, "x"), queue_.buffer(y, "y"), cl_uint(s.batch * s.channels),
                 cl_uint(s.height), cl_uint(s.width), cl_uint(s.kernel_h), cl_uint(s.kernel_w),
                 cl_uint(s.stride_h), cl_uint(s.stride_w), cl_uint(s.pad_h), cl_uint(s.pad_w),
@@ -47,7 +52,8 @@ void OpenClDevice::do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, c
 
 void OpenClDevice::do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                          const Tensor& dx) {
-  queue_.launch(Kernel::avgpool2d_backward, LaunchRange::items(size_t(s.input_numel())),
+  queue_.launch_typed(Kernel::avgpool2d_backward, dy.dtype(),
+                LaunchRange::items(size_t(s.input_numel())),
                 queue_.buffer(dy, "dy"), queue_.buffer(dx, "dx"), cl_uint(s.batch * s.channels),
                 cl_uint(s.height), cl_uint(s.width), cl_uint(s.kernel_h), cl_uint(s.kernel_w),
                 cl_uint(s.stride_h), cl_uint(s.stride_w), cl_uint(s.pad_h), cl_uint(s.pad_w),

@@ -1,7 +1,8 @@
 // Batch normalisation over x viewed as [outer, channels, inner] (BatchNormShape), in float with
 // Welford's update per work-item and Chan's combination across work-items and pieces (never
 // E[x^2] - E[x]^2, which cancels), so that statistics sit within about 1e-7 of a float64
-// reference however large the mean.
+// reference however large the mean. x, y, dx and dy are act_t (storage.cl); parameters,
+// statistics and partial sums float.
 //
 // A channel's values are cut into pieces as in channel.cl (RunCursor). With one piece per
 // channel a work-group does the whole channel: statistics, then the normalisation or the input
@@ -24,12 +25,12 @@ Moments moments_combine(Moments a, Moments b) {
 }
 
 // The moments of one work-item's values of channel c in positions [k0 + lid, k1) step group.
-Moments moments_of_run(__global const float* x, uint channels, uint inner, uint c,
+Moments moments_of_run(__global const act_t* x, uint channels, uint inner, uint c,
                        uint k0, uint k1) {
   Moments m = {0.0f, 0.0f, 0.0f};
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
-    const float v = x[run_at(&r, channels, c, inner)];
+    const float v = LOAD(x, run_at(&r, channels, c, inner));
     m.n += 1.0f;
     const float d = v - m.mean;
     m.mean += d / m.n;
@@ -80,23 +81,23 @@ void store_batch_stats(Moments m, uint c, float eps, float momentum,
 
 // y = x * a + b with a = invstd * gamma, b = beta - mean * a, for channel c's values from the
 // cursor position k0 + lid on.
-void normalize_run(__global const float* x, __global float* y, uint channels, uint inner,
+void normalize_run(__global const act_t* x, __global act_t* y, uint channels, uint inner,
                    uint c, uint k0, uint k1, float a, float b) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    y[at] = x[at] * a + b;
+    STORE(y, at, LOAD(x, at) * a + b);
   }
 }
 
 // Training with one piece per channel: work-group c computes channel c's statistics, stores
 // them and normalises the channel.
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void batchnorm_forward_channel(__global const float* x, ulong x_off, __global const float* gamma,
+void batchnorm_forward_channel(__global const act_t* x, ulong x_off, __global const float* gamma,
                                ulong gamma_off, int has_gamma, __global const float* beta,
                                ulong beta_off, int has_beta, __global float* running_mean,
                                ulong running_mean_off, __global float* running_var,
-                               ulong running_var_off, __global float* y, ulong y_off,
+                               ulong running_var_off, __global act_t* y, ulong y_off,
                                __global float* save_mean, ulong save_mean_off,
                                __global float* save_invstd, ulong save_invstd_off, uint outer,
                                uint channels, uint inner, float eps, float momentum) {
@@ -115,7 +116,7 @@ void batchnorm_forward_channel(__global const float* x, ulong x_off, __global co
 // Training with several pieces per channel: the moments of piece (group id / channels) of
 // channel (group id % channels) go to partial[(piece * channels + c) * 3 + {0, 1, 2}].
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void batchnorm_moments(__global const float* x, ulong x_off, uint outer, uint channels,
+void batchnorm_moments(__global const act_t* x, ulong x_off, uint outer, uint channels,
                        uint inner, uint per_piece, __global float* partial,
                        ulong partial_off) {
   __local float n[REDUCE_GROUP], mean[REDUCE_GROUP], m2[REDUCE_GROUP];
@@ -153,12 +154,12 @@ __kernel void batchnorm_moments_finish(__global const float* partial, ulong part
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c], elementwise. Training passes the batch's
 // save_mean / save_invstd (stats_are_var == 0); evaluation the running mean and variance
 // (stats_are_var: invstd = 1/sqrt(var + eps)).
-__kernel void batchnorm_normalize(__global const float* x, ulong x_off,
+__kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
                                   __global const float* gamma, ulong gamma_off, int has_gamma,
                                   __global const float* beta, ulong beta_off, int has_beta,
                                   __global const float* mean, ulong mean_off,
                                   __global const float* spread, ulong spread_off,
-                                  int stats_are_var, float eps, __global float* y, ulong y_off,
+                                  int stats_are_var, float eps, __global act_t* y, ulong y_off,
                                   uint n, uint channels, uint inner) {
   const uint i = get_global_id(0);
   if (i >= n) return;
@@ -167,23 +168,23 @@ __kernel void batchnorm_normalize(__global const float* x, ulong x_off,
   const float invstd = stats_are_var ? 1.0f / sqrt(s + eps) : s;
   const float a = invstd * (has_gamma ? gamma[gamma_off + c] : 1.0f);
   const float b = (has_beta ? beta[beta_off + c] : 0.0f) - mean[mean_off + c] * a;
-  y[y_off + i] = x[x_off + i] * a + b;
+  STORE(y, y_off + i, LOAD(x, x_off + i) * a + b);
 }
 
 // ---- backward: dx = k * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n), k = gamma * invstd,
 // xhat = (x - mean) * invstd; dgamma = sum(dy * xhat), dbeta = sum(dy).
 
 // One work-item's Kahan sums of dy and dy * (x - mean) over channel c's positions [k0, k1).
-float2 gradient_sums_of_run(__global const float* x, __global const float* dy,
+float2 gradient_sums_of_run(__global const act_t* x, __global const act_t* dy,
                             uint channels, uint inner, uint c, uint k0, uint k1,
                             float mean) {
   float s0 = 0.0f, c0 = 0.0f, s1 = 0.0f, c1 = 0.0f;
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    const float g = dy[at];
+    const float g = LOAD(dy, at);
     kahan_add(&s0, &c0, g);
-    kahan_add(&s1, &c1, g * (x[at] - mean));
+    kahan_add(&s1, &c1, g * (LOAD(x, at) - mean));
   }
   return (float2)(s0, s1);
 }
@@ -200,24 +201,24 @@ float2 finish_gradient_sums(float2 sums, uint c, float invstd, float count,
 }
 
 // dx for channel c's positions [k0, k1) from the coefficients.
-void input_gradient_run(__global const float* x, __global const float* dy,
-                        __global float* dx, uint channels, uint inner, uint c, uint k0,
+void input_gradient_run(__global const act_t* x, __global const act_t* dy,
+                        __global act_t* dx, uint channels, uint inner, uint c, uint k0,
                         uint k1, float mean, float invstd, float k_scale, float2 coef) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    const float xhat = (x[at] - mean) * invstd;
-    dx[at] = k_scale * (dy[at] - coef.x - xhat * coef.y);
+    const float xhat = (LOAD(x, at) - mean) * invstd;
+    STORE(dx, at, k_scale * (LOAD(dy, at) - coef.x - xhat * coef.y));
   }
 }
 
 // One piece per channel: work-group c sums channel c, writes dgamma / dbeta, then dx.
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void batchnorm_backward_channel(__global const float* x, ulong x_off, __global const float* dy,
+void batchnorm_backward_channel(__global const act_t* x, ulong x_off, __global const act_t* dy,
                                 ulong dy_off, __global const float* gamma, ulong gamma_off,
                                 int has_gamma, __global const float* save_mean,
                                 ulong save_mean_off, __global const float* save_invstd,
-                                ulong save_invstd_off, __global float* dx, ulong dx_off,
+                                ulong save_invstd_off, __global act_t* dx, ulong dx_off,
                                 __global float* dgamma, ulong dgamma_off, int has_dgamma,
                                 __global float* dbeta, ulong dbeta_off, int has_dbeta,
                                 uint outer, uint channels, uint inner) {
@@ -237,7 +238,7 @@ void batchnorm_backward_channel(__global const float* x, ulong x_off, __global c
 // Several pieces per channel: the sums of piece (group id / channels) of channel
 // (group id % channels) go to partial[(piece * channels + c) * 2 + {0, 1}].
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void batchnorm_gradient_sums(__global const float* x, ulong x_off, __global const float* dy,
+void batchnorm_gradient_sums(__global const act_t* x, ulong x_off, __global const act_t* dy,
                              ulong dy_off, __global const float* save_mean, ulong save_mean_off,
                              uint outer, uint channels, uint inner, uint per_piece,
                              __global float* partial, ulong partial_off) {
@@ -277,21 +278,21 @@ __kernel void batchnorm_gradient_finish(__global const float* partial, ulong par
 }
 
 // dx elementwise from the per-channel coefficients; dx may be dy.
-__kernel void batchnorm_input_gradient(__global const float* x, ulong x_off,
-                                       __global const float* dy, ulong dy_off,
+__kernel void batchnorm_input_gradient(__global const act_t* x, ulong x_off,
+                                       __global const act_t* dy, ulong dy_off,
                                        __global const float* gamma, ulong gamma_off,
                                        int has_gamma, __global const float* save_mean,
                                        ulong save_mean_off, __global const float* save_invstd,
                                        ulong save_invstd_off, __global const float* coef,
                                        ulong coef_off,
-                                       __global float* dx, ulong dx_off, uint n, uint channels,
+                                       __global act_t* dx, ulong dx_off, uint n, uint channels,
                                        uint inner) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint c = (i / inner) % channels;
   const float invstd = save_invstd[save_invstd_off + c];
-  const float xhat = (x[x_off + i] - save_mean[save_mean_off + c]) * invstd;
+  const float xhat = (LOAD(x, x_off + i) - save_mean[save_mean_off + c]) * invstd;
   const float k_scale = (has_gamma ? gamma[gamma_off + c] : 1.0f) * invstd;
-  dx[dx_off + i] =
-      k_scale * (dy[dy_off + i] - coef[coef_off + c * 2] - xhat * coef[coef_off + c * 2 + 1]);
+  const float k0 = coef[coef_off + c * 2], k1 = coef[coef_off + c * 2 + 1];
+  STORE(dx, dx_off + i, k_scale * (LOAD(dy, dy_off + i) - k0 - xhat * k1));
 }

@@ -6,19 +6,20 @@
 // run) still fill the device: each range is one work-group, which writes a partial sum; the
 // finish kernel adds a channel's partials in piece order. pieces == 1 writes the result at once.
 // Work-items add in Kahan-compensated float and groups combine by a fixed tree: the result is
-// the same on every run and within about 1e-7 relative of the float64 sum.
+// the same on every run and within about 1e-7 relative of the float64 sum. x and y are act_t
+// (storage.cl); scales, shifts and sums float.
 
 // y = x * scale[c] + shift[c] (has_scale / has_shift == 0: 1 / 0); y may be x.
-__kernel void channel_affine(__global const float* x, ulong x_off, __global const float* scale,
+__kernel void channel_affine(__global const act_t* x, ulong x_off, __global const float* scale,
                              ulong scale_off, int has_scale, __global const float* shift,
-                             ulong shift_off, int has_shift, __global float* y, ulong y_off,
+                             ulong shift_off, int has_shift, __global act_t* y, ulong y_off,
                              uint n, uint channels, uint inner) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint c = (i / inner) % channels;
   const float a = has_scale ? scale[scale_off + c] : 1.0f;
   const float b = has_shift ? shift[shift_off + c] : 0.0f;
-  y[y_off + i] = x[x_off + i] * a + b;
+  STORE(y, y_off + i, LOAD(x, x_off + i) * a + b);
 }
 
 // Walks positions k of one channel's [outer, inner] values in steps of `step` without a
@@ -65,7 +66,7 @@ void store_channel_sum(float sum, uint c, uint piece, uint channels, int direct,
 // so that neighbouring work-items read neighbouring columns; group (column block, piece) sums
 // rows [piece * rows_per_piece, ...) of its columns (times y when has_y).
 __kernel __attribute__((reqd_work_group_size(32, 8, 1)))
-void channel_sums_columns(__global const float* x, ulong x_off, __global const float* y,
+void channel_sums_columns(__global const act_t* x, ulong x_off, __global const act_t* y,
                           ulong y_off, int has_y, uint rows, uint channels,
                           uint rows_per_piece,
                           __global float* out, ulong out_off, float beta,
@@ -78,7 +79,8 @@ void channel_sums_columns(__global const float* x, ulong x_off, __global const f
   if (c < channels)
     for (uint r = r0 + lane; r < r1; r += 8) {
       const uint at = r * channels + c;
-      kahan_add(&sum, &carry, has_y ? x[x_off + at] * y[y_off + at] : x[x_off + at]);
+      const float v = LOAD(x, x_off + at);
+      kahan_add(&sum, &carry, has_y ? v * LOAD(y, y_off + at) : v);
     }
   lanes[lane][tx] = sum;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -91,7 +93,7 @@ void channel_sums_columns(__global const float* x, ulong x_off, __global const f
 // inner > 1: one work-group of REDUCE_GROUP per (channel, piece), group id piece * channels + c;
 // the piece is positions [piece * per_piece, ...) of the channel's outer * inner values.
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void channel_sums_runs(__global const float* x, ulong x_off, __global const float* y, ulong y_off,
+void channel_sums_runs(__global const act_t* x, ulong x_off, __global const act_t* y, ulong y_off,
                        int has_y, uint outer, uint channels, uint inner, uint per_piece,
                        __global float* out, ulong out_off, float beta,
                        __global float* partial, ulong partial_off, int direct) {
@@ -103,7 +105,8 @@ void channel_sums_runs(__global const float* x, ulong x_off, __global const floa
   RunCursor r = run_cursor(k0 + lid, inner, REDUCE_GROUP);
   for (uint k = k0 + lid; k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    kahan_add(&sum, &carry, has_y ? x[x_off + at] * y[y_off + at] : x[x_off + at]);
+    const float v = LOAD(x, x_off + at);
+    kahan_add(&sum, &carry, has_y ? v * LOAD(y, y_off + at) : v);
   }
   sums[lid] = sum;
   local_sum(sums);

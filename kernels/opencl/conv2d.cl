@@ -1,30 +1,31 @@
 // The convolution's layout passes around its GEMMs (backends/opencl/ops_conv2d.cpp): the GEMMs
 // work on "channel-major" matrices, the im2col columns [C*KH*KW + 1, L] (im2col.cl) and the
 // product [OC, L], L = N*OH*OW, column j = n*OH*OW + oh*OW + ow, so that one GEMM covers every
-// image of the batch; these kernels move between that layout and NCHW.
+// image of the batch; these kernels move between that layout and NCHW. y and dy are act_t
+// (storage.cl); the workspace matrices, weights' gradients and biases float.
 
 // y[n, oc, p] = product[oc, n*plane + p] + bias[oc] (has_bias == 0: no bias); plane = OH*OW.
 // Only where CLBlast ran the forward GEMM: the own GEMM writes NCHW and the bias itself.
 __kernel void conv_output_nchw(__global const float* product, ulong product_off,
-                               __global float* y, ulong y_off, __global const float* bias,
+                               __global act_t* y, ulong y_off, __global const float* bias,
                                ulong bias_off, int has_bias, uint batch, uint out_channels,
                                uint plane) {
   const uint i = get_global_id(0);
   if (i >= batch * out_channels * plane) return;
   const uint p = i % plane, oc = (i / plane) % out_channels, n = i / (plane * out_channels);
   const float v = product[product_off + oc * batch * plane + n * plane + p];
-  y[y_off + i] = has_bias ? v + bias[bias_off + oc] : v;
+  STORE(y, y_off + i, has_bias ? v + bias[bias_off + oc] : v);
 }
 
 // dyt[oc, n*plane + p] = dy[n, oc, p]: the output gradient in the GEMMs' channel-major layout.
-__kernel void conv_grad_channel_major(__global const float* dy, ulong dy_off,
+__kernel void conv_grad_channel_major(__global const act_t* dy, ulong dy_off,
                                       __global float* dyt, ulong dyt_off, uint batch,
                                       uint out_channels, uint plane) {
   const uint cols = batch * plane;
   const uint i = get_global_id(0);
   if (i >= out_channels * cols) return;
   const uint oc = i / cols, j = i - oc * cols, n = j / plane, p = j - n * plane;
-  dyt[dyt_off + i] = dy[dy_off + (n * out_channels + oc) * plane + p];
+  dyt[dyt_off + i] = LOAD(dy, dy_off + (n * out_channels + oc) * plane + p);
 }
 
 // dw[oc, t] (t < taps - 1) and db[oc] (t = taps - 1: the ones row's column) = the sums over

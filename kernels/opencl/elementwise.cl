@@ -1,5 +1,6 @@
 // Elementwise kernels: the unary family (activations, forward and derivative), axpby, dropout.
-// Every buffer argument is a (pointer, element offset) pair; one work-item per element.
+// Every buffer argument is a (pointer, element offset) pair; one work-item per element. Tensors
+// are act_t (storage.cl), computed in float.
 
 // The formulas of the UnaryOp family (core/op_types.h; core/unary_math.h holds the C++ copy),
 // one line each for the forward and the derivative. `op` is a UNARY_<name> code the host
@@ -37,36 +38,36 @@ float unary_derivative(int op, float x, float y, float dy, float alpha) {
 }
 
 // y = op(x); y may be x.
-__kernel void unary_forward(__global const float* x, ulong x_off, __global float* y, ulong y_off,
+__kernel void unary_forward(__global const act_t* x, ulong x_off, __global act_t* y, ulong y_off,
                             uint n, int op, float alpha) {
   const uint i = get_global_id(0);
-  if (i < n) y[y_off + i] = unary_apply(op, x[x_off + i], alpha);
+  if (i < n) STORE(y, y_off + i, unary_apply(op, LOAD(x, x_off + i), alpha));
 }
 
 // dx = dy * op'(x); x or y may be absent (has_x, has_y) where the op does not read it; dx may
 // be dy.
-__kernel void unary_backward(__global const float* x, ulong x_off, int has_x,
-                             __global const float* y, ulong y_off, int has_y,
-                             __global const float* dy, ulong dy_off, __global float* dx,
+__kernel void unary_backward(__global const act_t* x, ulong x_off, int has_x,
+                             __global const act_t* y, ulong y_off, int has_y,
+                             __global const act_t* dy, ulong dy_off, __global act_t* dx,
                              ulong dx_off, uint n, int op, float alpha) {
   const uint i = get_global_id(0);
   if (i >= n) return;
-  const float xi = has_x ? x[x_off + i] : 0.0f, yi = has_y ? y[y_off + i] : 0.0f;
-  dx[dx_off + i] = unary_derivative(op, xi, yi, dy[dy_off + i], alpha);
+  const float xi = has_x ? LOAD(x, x_off + i) : 0.0f, yi = has_y ? LOAD(y, y_off + i) : 0.0f;
+  STORE(dx, dx_off + i, unary_derivative(op, xi, yi, LOAD(dy, dy_off + i), alpha));
 }
 
 // y = a x + b y; b == 0 does not read y (it may hold garbage). y may be x.
-__kernel void axpby(__global const float* x, ulong x_off, __global float* y, ulong y_off, uint n,
+__kernel void axpby(__global const act_t* x, ulong x_off, __global act_t* y, ulong y_off, uint n,
                     float a, float b) {
   const uint i = get_global_id(0);
   if (i >= n) return;
-  const float ax = a * x[x_off + i];
-  y[y_off + i] = b == 0.0f ? ax : ax + b * y[y_off + i];
+  const float ax = a * LOAD(x, x_off + i);
+  STORE(y, y_off + i, b == 0.0f ? ax : ax + b * LOAD(y, y_off + i));
 }
 
 // Inverted dropout: y[i] = keep(g) ? x[i] / (1 - p) : 0, g = group_offset + i / group, and
 // keep(g) = philox_uniform(seed, stream, step_state[1], g) >= p. y may alias x.
-__kernel void dropout(__global const float* x, ulong x_off, __global float* y, ulong y_off,
+__kernel void dropout(__global const act_t* x, ulong x_off, __global act_t* y, ulong y_off,
                       uint n, uint group, ulong group_offset, float p, ulong seed, uint stream,
                       __global const uint* state, ulong state_off) {
   const uint i = get_global_id(0);
@@ -74,5 +75,5 @@ __kernel void dropout(__global const float* x, ulong x_off, __global float* y, u
   const uint step = state[state_off + 1];
   const ulong g = group_offset + (group == 1 ? i : i / group);
   const bool keep = philox_uniform(seed, stream, step, g) >= p;
-  y[y_off + i] = keep ? x[x_off + i] / (1.0f - p) : 0.0f;
+  STORE(y, y_off + i, keep ? LOAD(x, x_off + i) / (1.0f - p) : 0.0f);
 }

@@ -44,7 +44,8 @@ GATHER_ROWS_KERNEL(gather_rows_u8, uchar)
 // the same draws as kernels/cpu/gather.cpp and the reference. src holds u8 (src_is_u8) or f32
 // samples [src_rows, C, H, W]; src_off is in bytes. Work-groups of 256 cover `chunks` pieces of
 // one sample each; work-item 0 draws and checks the sample for the group. A sample that cannot
-// be read is written as zeros.
+// be read is written as zeros. dst is act_t (storage.cl): a 16-bit batch is rounded once, from
+// the float the transform computes.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void gather_samples(__global const uchar* src, ulong src_off, int src_is_u8, uint src_rows,
                     uint channels, uint height, uint width, uint chunks,
@@ -52,7 +53,7 @@ void gather_samples(__global const uchar* src, ulong src_off, int src_is_u8, uin
                     __global const uint* state, ulong state_off, float scale,
                     __global const float* mean, ulong mean_off, __global const float* inv_std,
                     ulong inv_std_off, int normalize, uint crop_padding, int horizontal_flip,
-                    ulong seed, uint stream, ulong sample_offset, __global float* dst,
+                    ulong seed, uint stream, ulong sample_offset, __global act_t* dst,
                     ulong dst_off, __global int* flag, ulong flag_off) {
   __local long sample_row;
   __local int shift_h, shift_w, flip;
@@ -86,7 +87,7 @@ void gather_samples(__global const uchar* src, ulong src_off, int src_is_u8, uin
   }
   const float m = normalize ? mean[mean_off + c] : 0.0f;
   const float s = normalize ? inv_std[inv_std_off + c] : 1.0f;
-  dst[dst_off + (ulong)i * sample + e] = sample_row < 0 ? 0.0f : (raw * scale - m) * s;
+  STORE(dst, dst_off + (ulong)i * sample + e, sample_row < 0 ? 0.0f : (raw * scale - m) * s);
 }
 
 __kernel void advance_step(__global uint* state, ulong state_off) {

@@ -1,12 +1,39 @@
 // GEMM kernels. Built two ways:
-// - with -DTS_M=.. -DTS_N=.. -DTS_K=.. (one program per tile shape): the own tiled SGEMM with a
-//   fused bias and ReLU epilogue, gemm_tiled;
+// - with -DTS_M=.. -DTS_N=.. -DTS_K=.. (one program per tile shape and operand types, after
+//   storage.cl): the own tiled GEMM with a fused bias and ReLU epilogue, gemm_tiled; A and B are
+//   float32, float16 or bfloat16 (-DAB_F16, -DAB_BF16), C float32 or 16-bit (-DC_F16, -DC_BF16),
+//   and it always multiplies and accumulates in float;
 // - without TS_M, as part of the main program (after elementwise.cl, whose unary_apply they use):
 //   the epilogue kernels for products computed elsewhere, gemm_epilogue (after CLBlast, or any
-//   activation other than ReLU after gemm_tiled) and split_k_sum (the end of a split-K product).
+//   activation other than ReLU after gemm_tiled) and split_k_sum (the end of a split-K product),
+//   C of the program's act_t.
 // Backends/opencl/gemm_engine.cpp decides which runs.
 
 #ifdef TS_M
+#if defined(AB_F16)
+typedef ushort ab_t;
+#define LOAD_AB(p, i) LOAD_F16(p, i)
+#elif defined(AB_BF16)
+typedef ushort ab_t;
+#define LOAD_AB(p, i) LOAD_BF16(p, i)
+#else
+typedef float ab_t;
+#define LOAD_AB(p, i) LOAD_F32(p, i)
+#endif
+#if defined(C_F16)
+typedef ushort c_t;
+#define LOAD_C(p, i) LOAD_F16(p, i)
+#define STORE_C(p, i, v) STORE_F16(p, i, v)
+#elif defined(C_BF16)
+typedef ushort c_t;
+#define LOAD_C(p, i) LOAD_BF16(p, i)
+#define STORE_C(p, i, v) STORE_BF16(p, i, v)
+#else
+typedef float c_t;
+#define LOAD_C(p, i) LOAD_F32(p, i)
+#define STORE_C(p, i, v) STORE_F32(p, i, v)
+#endif
+
 // C[M,N] = alpha op(A) op(B) + beta C (+ bias per column / per row) (ReLU), for `batch` GEMMs at
 // once (get_group_id(2) is the batch index, each operand stepping by its batch stride; the last
 // one multiplies k_last terms instead of k: a split-K product's tail rides in the same launch).
@@ -32,9 +59,9 @@
 
 __kernel __attribute__((reqd_work_group_size(GEMM_SIDE, GEMM_SIDE, 1)))
 void gemm_tiled(uint m, uint n, uint k, uint k_last,
-                __global const float* a, ulong a_off, int a_rs, int a_cs, ulong a_batch,
-                __global const float* b, ulong b_off, int b_rs, int b_cs, ulong b_batch,
-                __global float* c, ulong c_off, int ldc, uint c_plane, ulong c_batch,
+                __global const ab_t* a, ulong a_off, int a_rs, int a_cs, ulong a_batch,
+                __global const ab_t* b, ulong b_off, int b_rs, int b_cs, ulong b_batch,
+                __global c_t* c, ulong c_off, int ldc, uint c_plane, ulong c_batch,
                 float alpha, float beta,
                 __global const float* bias, ulong bias_off, int bias_kind, int relu) {
   // float4-typed so that a work-item's WPT_M neighbouring A values load as 16-byte vectors.
@@ -66,14 +93,14 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
     const int e = tid + l * GEMM_THREADS;                                                      \
     const int i = a_along_k ? e / TS_K : e % TS_M, p = a_along_k ? e % TS_K : e / TS_M;        \
     const int gi = row0 + i, gp = (P0) + p;                                                    \
-    a_next[l] = (gi < M && gp < K) ? a[gi * a_rs + gp * a_cs] : 0.0f;                          \
+    a_next[l] = (gi < M && gp < K) ? LOAD_AB(a, gi * a_rs + gp * a_cs) : 0.0f;                 \
   }
 #define LOAD_B(P0)                                                                             \
   for (int l = 0; l < B_LOADS; ++l) {                                                          \
     const int e = tid + l * GEMM_THREADS;                                                      \
     const int j = b_along_n ? e % TS_N : e / TS_K, p = b_along_n ? e / TS_N : e % TS_K;        \
     const int gj = col0 + j, gp = (P0) + p;                                                    \
-    b_next[l] = (gj < N && gp < K) ? b[gp * b_rs + gj * b_cs] : 0.0f;                          \
+    b_next[l] = (gj < N && gp < K) ? LOAD_AB(b, gp * b_rs + gj * b_cs) : 0.0f;                 \
   }
 #pragma unroll
   LOAD_A(0)
@@ -135,10 +162,10 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
       const int at = c_plane == 0 ? gi * ldc + gj
                                   : (gj / c_plane) * M * c_plane + gi * c_plane + gj % c_plane;
       float v = alpha * acc[i][j];
-      if (beta != 0.0f) v += beta * c[at];
+      if (beta != 0.0f) v += beta * LOAD_C(c, at);
       if (bias_kind == 1) v += bias[bias_off + gj];
       else if (bias_kind == 2) v += bias[bias_off + gi];
-      c[at] = relu && v < 0.0f ? 0.0f : v;  // NaN kept, as UnaryOp::relu
+      STORE_C(c, at, relu && v < 0.0f ? 0.0f : v);  // NaN kept, as UnaryOp::relu
     }
   }
 }
@@ -148,24 +175,24 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
 // After a GEMM computed elsewhere: c[r, col] (row stride ldc, m x n) gets + bias (kind 1:
 // bias[col], 2: bias[r]), then the activation (a UNARY_* code). rescale: C = beta C first (the
 // k == 0 product, where CLBlast is not called; beta == 0 does not read C).
-__kernel void gemm_epilogue(__global float* c, ulong c_off, uint ldc, uint m, uint n,
+__kernel void gemm_epilogue(__global act_t* c, ulong c_off, uint ldc, uint m, uint n,
                             __global const float* bias, ulong bias_off, int bias_kind,
                             int activation, float activation_alpha, int rescale, float beta) {
   const uint i = get_global_id(0);
   if (i >= m * n) return;
   const uint r = i / n, col = i - r * n;
   const ulong at = c_off + (ulong)r * ldc + col;
-  float v = rescale ? (beta == 0.0f ? 0.0f : beta * c[at]) : c[at];
+  float v = rescale ? (beta == 0.0f ? 0.0f : beta * LOAD(c, at)) : LOAD(c, at);
   if (bias_kind == 1) v += bias[bias_off + col];
   else if (bias_kind == 2) v += bias[bias_off + r];
-  c[at] = unary_apply(activation, v, activation_alpha);
+  STORE(c, at, unary_apply(activation, v, activation_alpha));
 }
 
 // The end of a split-K GEMM: C[i, j] = the sum over s < slices of partial[s, i, j] (in slice
 // order) + beta C (beta == 0 never reads C) + bias per column (1) or per row (2), then the
 // activation. partial is [slices, m, n] packed; C has row stride ldc.
 __kernel void split_k_sum(__global const float* partial, ulong partial_off, uint slices, uint m,
-                          uint n, __global float* c, ulong c_off, uint ldc, float beta,
+                          uint n, __global act_t* c, ulong c_off, uint ldc, float beta,
                           __global const float* bias, ulong bias_off, int bias_kind,
                           int activation, float activation_alpha) {
   const uint idx = get_global_id(0);
@@ -173,11 +200,11 @@ __kernel void split_k_sum(__global const float* partial, ulong partial_off, uint
   const uint i = idx / n, j = idx - i * n;
   float v = 0.0f;
   for (uint s = 0; s < slices; ++s) v += partial[partial_off + (ulong)s * m * n + idx];
-  __global float* out = c + c_off + (ulong)i * ldc + j;
-  if (beta != 0.0f) v += beta * *out;
+  const ulong at = c_off + (ulong)i * ldc + j;
+  if (beta != 0.0f) v += beta * LOAD(c, at);
   if (bias_kind == 1) v += bias[bias_off + j];
   else if (bias_kind == 2) v += bias[bias_off + i];
-  *out = unary_apply(activation, v, activation_alpha);
+  STORE(c, at, unary_apply(activation, v, activation_alpha));
 }
 
 #endif

@@ -2,26 +2,43 @@
 // AdamW, in the order of operations of torch.optim's single-tensor paths (as kernels/cpu).
 // Step-time values are read here, not baked in by the host, so that a captured step replays with
 // the step's own values: the step count from step_state[1], the schedule's row for it, and the
-// clip coefficient from the gradient's squared norm (UpdateControl, core/op_types.h).
+// clip coefficient from the gradient's squared norm, the fp16 loss scale and whether the step is
+// skipped (UpdateControl, core/op_types.h).
 
 typedef struct {
   float lr, momentum, grad_scale;
+  int skip;
 } ResolvedStep;
 
-// lr and momentum (or beta1) from row min(steps_done, rows - 1) of the schedule (rows == 0:
-// none); grad_scale times min(1, max_norm / (grad_scale * sqrt(grad_sumsq) + 1e-6)) (clip).
+// As kernels/cpu/optimizers.cpp resolve_step: lr and momentum (or beta1) from row
+// min(steps_done, rows - 1) of the schedule (rows == 0: none); with a loss scale, grad_scale /
+// loss_scale, and skip when grad_sumsq is not finite (an fp16 overflow: nothing is updated);
+// with has_sumsq and max_norm > 0, grad_scale times min(1, max_norm / (norm + 1e-6)) where norm
+// = (the unclipped) grad_scale * sqrt(grad_sumsq) (clip).
 ResolvedStep resolve_step(float lr, float momentum, float grad_scale,
                           __global const float* schedule, ulong schedule_off,
                           uint schedule_rows, __global const float* grad_sumsq,
-                          ulong grad_sumsq_off, int clip, float max_norm,
-                          uint steps_done) {
-  ResolvedStep r = {lr, momentum, grad_scale};
+                          ulong grad_sumsq_off, int has_sumsq, float max_norm,
+                          __global const float* loss_scale, ulong loss_scale_off,
+                          int has_loss_scale, uint steps_done) {
+  ResolvedStep r = {lr, momentum, grad_scale, 0};
   if (schedule_rows > 0) {
     const uint row = min(steps_done, schedule_rows - 1);
     r.lr = schedule[schedule_off + 2 * row];
     r.momentum = schedule[schedule_off + 2 * row + 1];
   }
-  if (clip) {
+  if (has_loss_scale) {
+    r.skip = !isfinite(grad_sumsq[grad_sumsq_off]);
+    // OpenCL's float division may be 2.5 ulp off; one residual step rounds it as the CPU's
+    // division in double does (exactly for the usual power-of-two scales).
+    const float s = loss_scale[loss_scale_off];
+    float q = grad_scale / s;
+    const float residual = fma(-q, s, grad_scale);
+    if (isfinite(residual)) q += residual / s;
+    grad_scale = q;
+    r.grad_scale = q;
+  }
+  if (has_sumsq && max_norm > 0.0f) {
     const float norm = grad_scale * sqrt(grad_sumsq[grad_sumsq_off]);
     const float coef = max_norm / (norm + 1e-6f);
     if (coef < 1.0f) r.grad_scale = grad_scale * coef;
@@ -40,13 +57,17 @@ __kernel void sgd_update(__global float* params, ulong params_off, __global cons
                          uint n, float lr, float momentum, float weight_decay, float grad_scale,
                          int nesterov, __global const float* schedule, ulong schedule_off,
                          uint schedule_rows, __global const float* grad_sumsq,
-                         ulong grad_sumsq_off, int clip, float max_norm,
-                         __global const uint* state, ulong state_off, int has_state) {
+                         ulong grad_sumsq_off, int has_sumsq, float max_norm,
+                         __global const float* loss_scale, ulong loss_scale_off,
+                         int has_loss_scale, __global const uint* state, ulong state_off,
+                         int has_state) {
   const uint i = get_global_id(0);
   if (i >= n) return;
-  const ResolvedStep s =
-      resolve_step(lr, momentum, grad_scale, schedule, schedule_off, schedule_rows, grad_sumsq,
-                   grad_sumsq_off, clip, max_norm, has_state ? state[state_off + 1] : 0u);
+  const ResolvedStep s = resolve_step(
+      lr, momentum, grad_scale, schedule, schedule_off, schedule_rows, grad_sumsq, grad_sumsq_off,
+      has_sumsq, max_norm, loss_scale, loss_scale_off, has_loss_scale,
+      has_state ? state[state_off + 1] : 0u);
+  if (s.skip) return;
   const float p = params[params_off + i];
   float d = grads[grads_off + i] * s.grad_scale + weight_decay * p;
   if (s.momentum != 0.0f) {
@@ -64,14 +85,17 @@ __kernel void adam_update(__global float* params, ulong params_off, __global con
                           float beta2, float eps, float weight_decay, int decoupled,
                           float grad_scale, __global const float* schedule, ulong schedule_off,
                           uint schedule_rows, __global const float* grad_sumsq,
-                          ulong grad_sumsq_off, int clip, float max_norm,
-                          __global const uint* state, ulong state_off) {
+                          ulong grad_sumsq_off, int has_sumsq, float max_norm,
+                          __global const float* loss_scale, ulong loss_scale_off,
+                          int has_loss_scale, __global const uint* state, ulong state_off) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint steps_done = state[state_off + 1];
   const ResolvedStep s = resolve_step(lr, beta1, grad_scale, schedule, schedule_off,
-                                      schedule_rows, grad_sumsq, grad_sumsq_off, clip, max_norm,
+                                      schedule_rows, grad_sumsq, grad_sumsq_off, has_sumsq,
+                                      max_norm, loss_scale, loss_scale_off, has_loss_scale,
                                       steps_done);
+  if (s.skip) return;
   const float t = (float)steps_done + 1.0f;
   const float step_size = s.lr / bias_correction(s.momentum, t);
   const float correction2_sqrt = sqrt(bias_correction(beta2, t));
@@ -85,4 +109,24 @@ __kernel void adam_update(__global float* params, ulong params_off, __global con
   v_buf[v_off + i] = v;
   const float denom = sqrt(v) / correction2_sqrt + eps;
   params[params_off + i] = p + -step_size * (m / denom);
+}
+
+// Dynamic loss scaling after a step (LossScaleParams; kernels/cpu/optimizers.cpp
+// update_loss_scale): state = {scale, clean steps}. A non-finite grad_sumsq multiplies the scale
+// by backoff and restarts the count; `interval` clean steps in a row multiply it by growth. One
+// work-item: the state stays on the device, so a captured step replays with the current scale.
+__kernel void update_loss_scale(__global float* state, ulong state_off,
+                                __global const float* grad_sumsq, ulong grad_sumsq_off,
+                                float growth, float backoff, float interval) {
+  __global float* s = state + state_off;
+  if (!isfinite(grad_sumsq[grad_sumsq_off])) {
+    s[0] *= backoff;
+    s[1] = 0.0f;
+    return;
+  }
+  s[1] += 1.0f;
+  if (s[1] >= interval) {
+    s[0] *= growth;
+    s[1] = 0.0f;
+  }
 }

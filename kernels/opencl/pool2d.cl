@@ -1,7 +1,8 @@
 // Pooling kernels (NCHW, rectangular windows, strides and padding, floor): max pooling with the
 // argmax its backward gathers through (and a fused ReLU), average pooling (padding counted in
 // the divisor) with a fast path for global average pooling. Backward passes are gathers over
-// the windows that contain an input position: no atomics, the same sums on every run.
+// the windows that contain an input position: no atomics, the same sums on every run. x, y, dx
+// and dy are act_t (storage.cl), compared and summed in float.
 
 // The first output index o whose window [o*stride - pad, o*stride - pad + size) contains
 // position `at` (a = at + pad), and the last one (clipped to the outputs).
@@ -21,7 +22,7 @@ void take_max(float v, uint at, float* best, uint* best_at) {
 // y[n, c, oh, ow] = max of the window; argmax = h*W + w of its first maximum in x's plane
 // (row-major window order, NaN wins; padding never does). relu: y = max(y, 0) and argmax = -1
 // where y is not > 0 (a fused ReLU passes no gradient there).
-__kernel void maxpool2d_forward(__global const float* x, ulong x_off, __global float* y,
+__kernel void maxpool2d_forward(__global const act_t* x, ulong x_off, __global act_t* y,
                                 ulong y_off, __global int* argmax, ulong argmax_off, uint planes,
                                 uint height, uint width, uint kernel_h, uint kernel_w,
                                 uint stride_h, uint stride_w, uint pad_h, uint pad_w,
@@ -29,32 +30,33 @@ __kernel void maxpool2d_forward(__global const float* x, ulong x_off, __global f
   const uint i = get_global_id(0);
   if (i >= planes * out_h * out_w) return;
   const uint ow = i % out_w, oh = (i / out_w) % out_h, plane = i / (out_w * out_h);
-  __global const float* in = x + x_off + plane * height * width;
+  __global const act_t* in = x + x_off + plane * height * width;
   const int h_start = (int)(oh * stride_h) - (int)pad_h;
   const int w_start = (int)(ow * stride_w) - (int)pad_w;
   const uint h0 = max(h_start, 0), w0 = max(w_start, 0);
   const uint h1 = min(h_start + (int)kernel_h, (int)height);
   const uint w1 = min(w_start + (int)kernel_w, (int)width);
   uint best_at = h0 * width + w0;
-  float best = in[best_at];
+  float best = LOAD(in, best_at);
   if (kernel_h == 2 && kernel_w == 2 && pad_h == 0 && pad_w == 0) {
     // The seed CNN's window, unrolled: no loop bounds per work-item.
     const uint at = best_at;
-    take_max(in[at + 1], at + 1, &best, &best_at);
-    take_max(in[at + width], at + width, &best, &best_at);
-    take_max(in[at + width + 1], at + width + 1, &best, &best_at);
+    take_max(LOAD(in, at + 1), at + 1, &best, &best_at);
+    take_max(LOAD(in, at + width), at + width, &best, &best_at);
+    take_max(LOAD(in, at + width + 1), at + width + 1, &best, &best_at);
   } else {
     for (uint h = h0; h < h1; ++h)
-      for (uint w = w0; w < w1; ++w) take_max(in[h * width + w], h * width + w, &best, &best_at);
+      for (uint w = w0; w < w1; ++w)
+        take_max(LOAD(in, h * width + w), h * width + w, &best, &best_at);
   }
   const bool zeroed = relu && !(best > 0.0f);
-  y[y_off + i] = zeroed ? 0.0f : best;
+  STORE(y, y_off + i, zeroed ? 0.0f : best);
   argmax[argmax_off + i] = zeroed ? -1 : (int)best_at;
 }
 
 // dx[n, c, h, w] = the sum of dy over the windows containing (h, w) whose argmax is (h, w).
-__kernel void maxpool2d_backward(__global const float* dy, ulong dy_off,
-                                 __global const int* argmax, ulong argmax_off, __global float* dx,
+__kernel void maxpool2d_backward(__global const act_t* dy, ulong dy_off,
+                                 __global const int* argmax, ulong argmax_off, __global act_t* dx,
                                  ulong dx_off, uint planes, uint height, uint width,
                                  uint kernel_h, uint kernel_w, uint stride_h, uint stride_w,
                                  uint pad_h, uint pad_w, uint out_h, uint out_w) {
@@ -71,20 +73,20 @@ __kernel void maxpool2d_backward(__global const float* dy, ulong dy_off,
   for (uint oh = oh_lo; oh <= oh_hi; ++oh)
     for (uint ow = ow_lo; ow <= ow_hi; ++ow) {
       const uint o = out_base + oh * out_w + ow;
-      if (argmax[argmax_off + o] == here) sum += dy[dy_off + o];
+      if (argmax[argmax_off + o] == here) sum += LOAD(dy, dy_off + o);
     }
-  dx[dx_off + i] = sum;
+  STORE(dx, dx_off + i, sum);
 }
 
 // y = the sum of the window's inputs / (kernel_h * kernel_w).
-__kernel void avgpool2d_forward(__global const float* x, ulong x_off, __global float* y,
+__kernel void avgpool2d_forward(__global const act_t* x, ulong x_off, __global act_t* y,
                                 ulong y_off, uint planes, uint height, uint width, uint kernel_h,
                                 uint kernel_w, uint stride_h, uint stride_w, uint pad_h,
                                 uint pad_w, uint out_h, uint out_w) {
   const uint i = get_global_id(0);
   if (i >= planes * out_h * out_w) return;
   const uint ow = i % out_w, oh = (i / out_w) % out_h, plane = i / (out_w * out_h);
-  __global const float* in = x + x_off + plane * height * width;
+  __global const act_t* in = x + x_off + plane * height * width;
   const int h_start = (int)(oh * stride_h) - (int)pad_h;
   const int w_start = (int)(ow * stride_w) - (int)pad_w;
   const uint h0 = max(h_start, 0), w0 = max(w_start, 0);
@@ -92,8 +94,8 @@ __kernel void avgpool2d_forward(__global const float* x, ulong x_off, __global f
   const uint w1 = min(w_start + (int)kernel_w, (int)width);
   float sum = 0.0f;
   for (uint h = h0; h < h1; ++h)
-    for (uint w = w0; w < w1; ++w) sum += in[h * width + w];
-  y[y_off + i] = sum / (float)(kernel_h * kernel_w);
+    for (uint w = w0; w < w1; ++w) sum += LOAD(in, h * width + w);
+  STORE(y, y_off + i, sum / (float)(kernel_h * kernel_w));
 }
 
 #define GLOBAL_POOL_GROUP 64
@@ -101,24 +103,24 @@ __kernel void avgpool2d_forward(__global const float* x, ulong x_off, __global f
 // Global average pooling (the window is the whole plane): one work-group of GLOBAL_POOL_GROUP
 // per plane reads it with neighbouring work-items on neighbouring values, then a tree sum.
 __kernel __attribute__((reqd_work_group_size(GLOBAL_POOL_GROUP, 1, 1)))
-void avgpool2d_global(__global const float* x, ulong x_off, __global float* y, ulong y_off,
+void avgpool2d_global(__global const act_t* x, ulong x_off, __global act_t* y, ulong y_off,
                       uint plane_size) {
   __local float sums[GLOBAL_POOL_GROUP];
   const uint lid = get_local_id(0), plane = get_group_id(0);
-  __global const float* in = x + x_off + plane * plane_size;
+  __global const act_t* in = x + x_off + plane * plane_size;
   float sum = 0.0f;
-  for (uint k = lid; k < plane_size; k += GLOBAL_POOL_GROUP) sum += in[k];
+  for (uint k = lid; k < plane_size; k += GLOBAL_POOL_GROUP) sum += LOAD(in, k);
   sums[lid] = sum;
   for (uint width = GLOBAL_POOL_GROUP / 2; width > 0; width >>= 1) {
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < width) sums[lid] += sums[lid + width];
   }
-  if (lid == 0) y[y_off + plane] = sums[0] / (float)plane_size;
+  if (lid == 0) STORE(y, y_off + plane, sums[0] / (float)plane_size);
 }
 
 // dx[n, c, h, w] = the sum over the windows containing (h, w) of dy / (kernel_h * kernel_w);
 // for global pooling (one window) simply dy[plane] / (H * W).
-__kernel void avgpool2d_backward(__global const float* dy, ulong dy_off, __global float* dx,
+__kernel void avgpool2d_backward(__global const act_t* dy, ulong dy_off, __global act_t* dx,
                                  ulong dx_off, uint planes, uint height, uint width,
                                  uint kernel_h, uint kernel_w, uint stride_h, uint stride_w,
                                  uint pad_h, uint pad_w, uint out_h, uint out_w) {
@@ -132,6 +134,6 @@ __kernel void avgpool2d_backward(__global const float* dy, ulong dy_off, __globa
   const uint out_base = plane * out_h * out_w;
   float sum = 0.0f;
   for (uint oh = oh_lo; oh <= oh_hi; ++oh)
-    for (uint ow = ow_lo; ow <= ow_hi; ++ow) sum += dy[dy_off + out_base + oh * out_w + ow];
-  dx[dx_off + i] = sum / (float)(kernel_h * kernel_w);
+    for (uint ow = ow_lo; ow <= ow_hi; ++ow) sum += LOAD(dy, dy_off + out_base + oh * out_w + ow);
+  STORE(dx, dx_off + i, sum / (float)(kernel_h * kernel_w));
 }

@@ -4,15 +4,26 @@
 // Reductions over a whole batch run in one work-group of REDUCE_GROUP, in a fixed order
 // (deterministic). A label outside [0, cols) raises DEVICE_ERROR_LABEL in the error flag and its
 // row adds nothing to a loss or count (its target is e / cols everywhere).
+// Scores and their gradients are act_t (storage.cl), computed in float; losses are float. The
+// outputs beside a 16-bit input may be float32 (*_is_float: the log-probabilities and the
+// loss-scaled gradient a network keeps in float32) without a conversion pass.
+
+// Element i of p = v, where p holds float instead of act_t when is_float.
+void store_either(__global act_t* p, ulong i, int is_float, float v) {
+  if (is_float)
+    ((__global float*)p)[i] = v;
+  else
+    STORE(p, i, v);
+}
 
 // A row's maximum (*top) and log(sum exp(row - top)): log_softmax(row)[c] = (row[c] - top) -
 // log_sum. (row - top) is exact for nearby values; subtracting top + log_sum at once would round
 // it away.
-float row_log_sum_exp(__global const float* row, uint cols, float* top) {
+float row_log_sum_exp(__global const act_t* row, uint cols, float* top) {
   float best = -INFINITY;
-  for (uint c = 0; c < cols; ++c) best = fmax(best, row[c]);
+  for (uint c = 0; c < cols; ++c) best = fmax(best, LOAD(row, c));
   float sum = 0.0f;
-  for (uint c = 0; c < cols; ++c) sum += exp(row[c] - best);
+  for (uint c = 0; c < cols; ++c) sum += exp(LOAD(row, c) - best);
   *top = best;
   return log(sum);
 }
@@ -27,11 +38,11 @@ int checked_label(__global const int* labels, ulong labels_off, uint r, uint col
 }
 
 // -sum_c t[c] logp[c] of one row (label checked, >= 0).
-float row_nll(__global const float* logp, int label, uint cols, float smoothing) {
-  float loss = -(1.0f - smoothing) * logp[label];
+float row_nll(__global const act_t* logp, int label, uint cols, float smoothing) {
+  float loss = -(1.0f - smoothing) * LOAD(logp, label);
   if (smoothing > 0.0f) {
     float sum = 0.0f;
-    for (uint c = 0; c < cols; ++c) sum += logp[c];
+    for (uint c = 0; c < cols; ++c) sum += LOAD(logp, c);
     loss -= smoothing * sum / (float)cols;
   }
   return loss;
@@ -45,32 +56,34 @@ void store_mean_loss(__global float* loss, ulong loss_off, int accumulate, float
 
 // y[r, :] = x[r, :] - logsumexp(x[r, :]); one work-item per row (classification heads are
 // narrow).
-__kernel void log_softmax_forward(__global const float* x, ulong x_off, __global float* y,
-                                  ulong y_off, uint rows, uint cols) {
+__kernel void log_softmax_forward(__global const act_t* x, ulong x_off, __global act_t* y,
+                                  ulong y_off, int y_is_float, uint rows, uint cols) {
   const uint r = get_global_id(0);
   if (r >= rows) return;
-  __global const float* row = x + x_off + r * cols;
+  __global const act_t* row = x + x_off + r * cols;
   float top;
   const float log_sum = row_log_sum_exp(row, cols, &top);
-  for (uint c = 0; c < cols; ++c) y[y_off + r * cols + c] = (row[c] - top) - log_sum;
+  for (uint c = 0; c < cols; ++c)
+    store_either(y, y_off + r * cols + c, y_is_float, (LOAD(row, c) - top) - log_sum);
 }
 
 // dx = dy - exp(y) * sum(dy[r, :]); dx may be dy (the row's sum is taken before any write).
-__kernel void log_softmax_backward(__global const float* y, ulong y_off, __global const float* dy,
-                                   ulong dy_off, __global float* dx, ulong dx_off, uint rows,
+__kernel void log_softmax_backward(__global const act_t* y, ulong y_off, __global const act_t* dy,
+                                   ulong dy_off, __global act_t* dx, ulong dx_off, uint rows,
                                    uint cols) {
   const uint r = get_global_id(0);
   if (r >= rows) return;
   const uint base = r * cols;
   float sum = 0.0f;
-  for (uint c = 0; c < cols; ++c) sum += dy[dy_off + base + c];
+  for (uint c = 0; c < cols; ++c) sum += LOAD(dy, dy_off + base + c);
   for (uint c = 0; c < cols; ++c)
-    dx[dx_off + base + c] = dy[dy_off + base + c] - exp(y[y_off + base + c]) * sum;
+    STORE(dx, dx_off + base + c,
+          LOAD(dy, dy_off + base + c) - exp(LOAD(y, y_off + base + c)) * sum);
 }
 
 // loss[0] = (accumulate ? loss[0] : 0) + mean over rows of -sum_c t[c] logp[r, c].
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void nll_loss_forward(__global const float* logp, ulong logp_off, __global const int* labels,
+void nll_loss_forward(__global const act_t* logp, ulong logp_off, __global const int* labels,
                       ulong labels_off, uint rows, uint cols, float smoothing,
                       __global float* loss, ulong loss_off, int accumulate, __global int* flag,
                       ulong flag_off) {
@@ -88,7 +101,7 @@ void nll_loss_forward(__global const float* logp, ulong logp_off, __global const
 
 // dlogp[r, c] = -scale * t[c].
 __kernel void nll_loss_backward(__global const int* labels, ulong labels_off, uint rows, uint cols,
-                                float scale, float smoothing, __global float* dlogp,
+                                float scale, float smoothing, __global act_t* dlogp,
                                 ulong dlogp_off, __global int* flag, ulong flag_off) {
   const uint i = get_global_id(0);
   if (i >= rows * cols) return;
@@ -97,33 +110,34 @@ __kernel void nll_loss_backward(__global const int* labels, ulong labels_off, ui
   if (c == 0 && (label < 0 || (uint)label >= cols))
     raise_error(flag, flag_off, DEVICE_ERROR_LABEL, label);
   const float off = -scale * (smoothing / (float)cols);
-  dlogp[dlogp_off + i] = label == (int)c ? off - scale * (1.0f - smoothing) : off;
+  STORE(dlogp, dlogp_off + i, label == (int)c ? off - scale * (1.0f - smoothing) : off);
 }
 
 // The fused training head, one work-item per row: y = log_softmax(x), dx = grad_scale *
 // (exp(y) - t). with_loss (launched as one work-group): also loss[0] (+)= the mean of
 // -sum_c t[c] y[r, c], as nll_loss_forward.
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void log_softmax_nll(__global const float* x, ulong x_off, __global const int* labels,
+void log_softmax_nll(__global const act_t* x, ulong x_off, __global const int* labels,
                      ulong labels_off, uint rows, uint cols, float grad_scale, float smoothing,
-                     __global float* y, ulong y_off, __global float* loss, ulong loss_off,
-                     int accumulate, __global float* dx, ulong dx_off, int with_loss,
-                     __global int* flag, ulong flag_off) {
+                     __global act_t* y, ulong y_off, int y_is_float, __global float* loss,
+                     ulong loss_off, int accumulate, __global act_t* dx, ulong dx_off,
+                     int dx_is_float, int with_loss, __global int* flag, ulong flag_off) {
   __local float partial[REDUCE_GROUP];
   const uint lid = get_local_id(0);
   const float off = smoothing / (float)cols, on = off + (1.0f - smoothing);
   float nll = 0.0f;
   for (uint r = get_global_id(0); r < rows; r += get_global_size(0)) {
     const uint base = r * cols;
-    __global const float* row = x + x_off + base;
+    __global const act_t* row = x + x_off + base;
     float top;
     const float log_sum = row_log_sum_exp(row, cols, &top);
     const int label = checked_label(labels, labels_off, r, cols, flag, flag_off);
     float row_sum = 0.0f, label_v = 0.0f;
     for (uint c = 0; c < cols; ++c) {
-      const float v = (row[c] - top) - log_sum;  // as log_softmax_forward
-      y[y_off + base + c] = v;
-      dx[dx_off + base + c] = grad_scale * (exp(v) - (label == (int)c ? on : off));
+      const float v = (LOAD(row, c) - top) - log_sum;  // as log_softmax_forward
+      store_either(y, y_off + base + c, y_is_float, v);
+      store_either(dx, dx_off + base + c, dx_is_float,
+                   grad_scale * (exp(v) - (label == (int)c ? on : off)));
       row_sum += v;
       if (label == (int)c) label_v = v;
     }
@@ -141,10 +155,10 @@ void log_softmax_nll(__global const float* x, ulong x_off, __global const int* l
 // loss[0] = (accumulate ? loss[0] : 0) + sum (x - onehot)^2 / (rows * cols); dx (has_dx) =
 // grad_scale * 2 * (x - onehot) / cols. One work-group.
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void mse_loss(__global const float* x, ulong x_off, __global const int* labels, ulong labels_off,
+void mse_loss(__global const act_t* x, ulong x_off, __global const int* labels, ulong labels_off,
               uint rows, uint cols, float grad_scale, __global float* loss, ulong loss_off,
-              int accumulate, __global float* dx, ulong dx_off, int has_dx, __global int* flag,
-              ulong flag_off) {
+              int accumulate, __global act_t* dx, ulong dx_off, int has_dx, int dx_is_float,
+              __global int* flag, ulong flag_off) {
   __local float partial[REDUCE_GROUP];
   const uint lid = get_local_id(0);
   const float k = 2.0f * grad_scale / (float)cols;
@@ -154,9 +168,9 @@ void mse_loss(__global const float* x, ulong x_off, __global const int* labels, 
     const int label = labels[labels_off + r];
     if (c == 0 && (label < 0 || (uint)label >= cols))
       raise_error(flag, flag_off, DEVICE_ERROR_LABEL, label);
-    const float d = x[x_off + i] - (label == (int)c ? 1.0f : 0.0f);
+    const float d = LOAD(x, x_off + i) - (label == (int)c ? 1.0f : 0.0f);
     kahan_add(&s, &carry, d * d);
-    if (has_dx) dx[dx_off + i] = k * d;
+    if (has_dx) store_either(dx, dx_off + i, dx_is_float, k * d);
   }
   partial[lid] = s;
   local_sum(partial);
@@ -165,17 +179,23 @@ void mse_loss(__global const float* x, ulong x_off, __global const int* labels, 
 
 // correct[0] += rows whose first maximal score sits at labels[r]. One work-group.
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void count_correct(__global const float* scores, ulong scores_off, __global const int* labels,
+void count_correct(__global const act_t* scores, ulong scores_off, __global const int* labels,
                    ulong labels_off, uint rows, uint cols, __global float* correct,
                    ulong correct_off, __global int* flag, ulong flag_off) {
   __local float partial[REDUCE_GROUP];
   const uint lid = get_local_id(0);
   float hits = 0.0f;
   for (uint r = lid; r < rows; r += REDUCE_GROUP) {
-    __global const float* row = scores + scores_off + r * cols;
+    __global const act_t* row = scores + scores_off + r * cols;
     uint best = 0;
-    for (uint c = 1; c < cols; ++c)
-      if (row[c] > row[best]) best = c;
+    float top = LOAD(row, 0);
+    for (uint c = 1; c < cols; ++c) {
+      const float v = LOAD(row, c);
+      if (v > top) {
+        best = c;
+        top = v;
+      }
+    }
     if (checked_label(labels, labels_off, r, cols, flag, flag_off) == (int)best) hits += 1.0f;
   }
   partial[lid] = hits;
