@@ -4,6 +4,8 @@
 // below models (CMakeLists.txt), so core never refers to a backend.
 #include "trident/core/registry.h"
 
+#include "trident/core/error.h"
+
 #include <memory>
 #include <mutex>
 
@@ -37,6 +39,8 @@ namespace {
 std::mutex global_scope_mutex;
 DiscoveryScope global_scope;
 bool global_built = false;
+DeviceRegistry* global_registry = nullptr;  // set once built; null again after release_global()
+bool global_released = false;
 }  // namespace
 
 bool DeviceRegistry::limit_global_discovery(const DiscoveryScope& scope) {
@@ -57,9 +61,27 @@ DeviceRegistry& DeviceRegistry::global() {
     // Released below and never deleted: see core/registry.h.
     auto r = std::make_unique<DeviceRegistry>(scope);
     register_builtin_backends(*r);  // may throw a UsageError (a bad TRIDENT_* variable)
+    std::lock_guard<std::mutex> lock(global_scope_mutex);
+    global_registry = r.get();
     return r.release();
   }();
+  {
+    std::lock_guard<std::mutex> lock(global_scope_mutex);
+    if (global_released)
+      throw Error("the global device registry was released (DeviceRegistry::release_global)");
+  }
   return *registry;
+}
+
+void DeviceRegistry::release_global() noexcept {
+  DeviceRegistry* registry = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(global_scope_mutex);
+    registry = global_registry;
+    global_registry = nullptr;
+    global_released = global_released || registry;
+  }
+  delete registry;
 }
 
 }  // namespace trident

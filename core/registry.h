@@ -59,9 +59,15 @@ class DeviceRegistry {
   };
 
   // The process-wide registry with every compiled-in backend registered and discovered. It lives
-  // until the process ends (never destroyed, so no driver is torn down during static destruction).
+  // until the process ends or release_global() (never destroyed by static destruction, so no
+  // driver is torn down at an unknown point of it).
   // Defined by the registry layer (backends/register_builtin.cpp, target trident_backends).
   static DeviceRegistry& global();
+  // Destroys the global registry's devices now (their memory, queues and contexts), where a
+  // program is done with them: before it exits, so that leak checkers (compute-sanitizer
+  // --leak-check full) see every allocation returned. Nothing may use a device or tensor of it
+  // afterwards, and global() then throws. Does nothing when global() was never called.
+  static void release_global() noexcept;
   // Limits what global() will open (under a launcher: this process's devices only). Must come
   // before global() is first called; returns false, changing nothing, when it is too late.
   static bool limit_global_discovery(const DiscoveryScope& scope);
