@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(default minimal asan-ubsan)
+[ ${#steps[@]} -gt 0 ] || steps=(default minimal cpu-only asan-ubsan)
 jobs=${JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -83,6 +83,11 @@ for step in "${steps[@]}"; do
         -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_WITH_NCCL=OFF -DTRIDENT_WITH_MPI=OFF \
         -DTRIDENT_BUILD_BENCH=OFF
       ;;
+    cpu-only)  # no GPU backend at all (what AUTO gives without the CUDA Toolkit): build only
+      timed "cpu-only: build" configure_and_build build/ci-cpu-only \
+        -DTRIDENT_WITH_CUDA=OFF -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_WITH_NCCL=OFF \
+        -DTRIDENT_WITH_MPI=OFF -DTRIDENT_BUILD_BENCH=OFF
+      ;;
     asan-ubsan)  # the tagged fast tests under ASan + UBSan on the CPU and PoCL
       timed "asan-ubsan: build tests" asan_build_tests
       timed "asan-ubsan: tagged tests" asan_subset
@@ -92,7 +97,7 @@ for step in "${steps[@]}"; do
       timed "asan-ubsan-full: ctest" ctest --preset asan-ubsan
       ;;
     *)
-      echo "ci.sh: unknown step '$step' (steps: default minimal asan-ubsan asan-ubsan-full)" >&2
+      echo "ci.sh: unknown step '$step' (steps: default minimal cpu-only asan-ubsan asan-ubsan-full)" >&2
       exit 2
       ;;
   esac
