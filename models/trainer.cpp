@@ -221,9 +221,43 @@ void Trainer::resize_replica_batch(Replica& r, int64_t batch, int64_t offset) {
   r.labels = Tensor::empty(d, {std::max<int64_t>(batch, 1)}, DType::i32);
 }
 
-// Times each replica's forward and backward alone at an even share (the best of three, after a
-// warm-up), then gives each a share of the batch proportional to its speed. Batch-norm
-// statistics touched by the probe are put back; nothing else changes (no update runs).
+// Seconds of replica i's forward and backward at its present batch, as training runs them:
+// replayed from a capture where the device captures (a GPU alone replays one graph per step,
+// several times faster than launching it), else eagerly; the best of three after an eager
+// warm-up (which also allocates what this batch size needs). Batch-norm statistics the probe
+// touches are put back; nothing else changes (no update runs).
+double Trainer::probe_step_seconds(size_t i) {
+  Replica& r = *replicas_[i];
+  const Tensor saved = r.net.buffers().defined() ? Tensor::empty(*r.device, r.net.buffers().shape())
+                                                : Tensor();
+  if (saved.defined()) saved.copy_from(r.net.buffers());
+  const std::function<void()> step = [this, i] {
+    forward(i);
+    backward(i);
+  };
+  step();
+  r.device->synchronize();
+  std::unique_ptr<CapturedWork> captured = options_.capture ? r.device->capture(step) : nullptr;
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    r.device->synchronize();
+    const double t0 = now_seconds();
+    if (captured) captured->replay(); else step();
+    r.device->synchronize();
+    best = std::min(best, now_seconds() - t0);
+  }
+  captured.reset();
+  if (saved.defined()) r.net.buffers().copy_from(saved);
+  return best;
+}
+
+// Times each replica alone at an even share, then gives each a share of the batch proportional to
+// its speed; a device that would take under 1% is left out. Then the set is timed at those shares
+// (its step lasts as long as its slowest member's) against its fastest device alone with the
+// whole batch, and where the set is not at least 10% faster, only the fastest device trains:
+// adding a device never makes training slower (issue 14). A linear speed model alone misleads
+// both ways: a CPU's few samples of a wide MLP are bound by reading the weights, not by the
+// samples, and a GPU's step replayed from one graph costs a fraction of its launches.
 void Trainer::balance_by_speed() {
   if (options_.process_count > 1)
     throw UsageError("split_by_speed works within one process only");
@@ -231,23 +265,7 @@ void Trainer::balance_by_speed() {
   if (n < 2) return;
   upload_epoch_tables(1);
   std::vector<double> seconds(n);
-  for (size_t i = 0; i < n; ++i) {
-    Replica& r = *replicas_[i];
-    const Tensor saved = r.net.buffers().defined() ? Tensor::empty(*r.device, r.net.buffers().shape())
-                                                  : Tensor();
-    if (saved.defined()) saved.copy_from(r.net.buffers());
-    double best = 1e30;
-    for (int round = 0; round < 4; ++round) {
-      r.device->synchronize();
-      const double t0 = now_seconds();
-      forward(i);
-      backward(i);
-      r.device->synchronize();
-      if (round > 0) best = std::min(best, now_seconds() - t0);
-    }
-    if (saved.defined()) r.net.buffers().copy_from(saved);
-    seconds[i] = best;
-  }
+  for (size_t i = 0; i < n; ++i) seconds[i] = probe_step_seconds(i);
   // Samples per second at the even share, then shares in proportion.
   std::vector<double> speed(n);
   double total = 0.0;
@@ -269,6 +287,33 @@ void Trainer::balance_by_speed() {
     }
     kept.push_back(i);
     shares.push_back(share);
+  }
+  // The set at those shares against its fastest device alone with the whole batch.
+  if (kept.size() > 1) {
+    size_t fastest = kept[0];
+    for (size_t i : kept)
+      if (speed[i] > speed[fastest]) fastest = i;
+    TrainOptions kept_options = options_;
+    kept_options.split = shares;
+    const std::vector<int64_t> kept_sizes = batch_split(kept_options, kept.size());
+    int64_t offset = 0;
+    for (size_t k = 0; k < kept.size(); ++k) {
+      resize_replica_batch(*replicas_[kept[k]], kept_sizes[k], offset);
+      offset += kept_sizes[k];
+    }
+    upload_epoch_tables(1);
+    double set_seconds = 0.0;
+    for (size_t i : kept) set_seconds = std::max(set_seconds, probe_step_seconds(i));
+    resize_replica_batch(*replicas_[fastest], options_.batch, 0);
+    upload_epoch_tables(1);
+    const double alone_seconds = probe_step_seconds(fastest);
+    if (!(set_seconds < 0.9 * alone_seconds)) {
+      report << "; the set would step in " << std::llround(set_seconds * 1e6) << " us, "
+             << replicas_[fastest]->device->info().id() << " alone in "
+             << std::llround(alone_seconds * 1e6) << " us: the others are left out";
+      kept = {fastest};
+      shares = {1.0};
+    }
   }
   // Drop the devices left out (their threads, data and network go with them).
   if (kept.size() < n) {

@@ -146,6 +146,7 @@ class Trainer : private ReplicaSteps {
  private:
   static std::vector<int64_t> batch_split(const TrainOptions& o, size_t local);
   void balance_by_speed();
+  double probe_step_seconds(size_t i);
   void resize_replica_batch(Replica& r, int64_t batch, int64_t offset);
   void choose_strategy();
   void upload_epoch_tables(int64_t epoch);

@@ -6,6 +6,7 @@
 // and model-averaging checks live in conformance_training.cpp.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "trident/models/trainer.h"
 #include "trident/models/zoo.h"
 #include "tests/fake_collective.h"
+#include "tests/reference_device.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -936,4 +938,22 @@ TEST_CASE("data parallel: an uneven batch split (devices of different speeds) tr
   CHECK_THROWS_WITH(Trainer(pair, model_of(bad), data, bad), Catch::Contains("1 shares for 2"));
   bad.split = {1.0, -1.0};
   CHECK_THROWS_WITH(Trainer(pair, model_of(bad), data, bad), Catch::Contains("positive"));
+}
+
+TEST_CASE("data parallel: split by speed leaves out a device that would make the set slower than "
+          "its fastest device alone", "[data-parallel][split]") {
+  // The float64 reference device is many times slower than the CPU backend: whether by its
+  // share (under 1%) or by the set's timed step against the CPU's alone, it must not train.
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  auto registry = cpu_registry(1);
+  trident::testing::ReferenceDevice slow;
+  const std::vector<Device*> set = {registry->all_devices()[0], &slow};
+  TestOptions o = small_options("mlp");
+  o.split_by_speed = true;
+  o.average_every = -1;
+  Trainer trainer(set, model_of(o), data, o);
+  INFO(trainer.balance_report());
+  CHECK(trainer.batch_sizes() == std::vector<int64_t>{o.batch});
+  CHECK_THAT(trainer.balance_report(), Catch::Contains("left out"));
+  CHECK(std::isfinite(trainer.train_epoch().train_loss));
 }
