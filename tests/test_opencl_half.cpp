@@ -25,9 +25,11 @@
 using namespace trident;
 using trident::testing::Tolerance;
 
+#ifdef TRIDENT_HAVE_OPENCL
 namespace trident {
 std::unique_ptr<Backend> make_opencl_backend();  // backends/opencl/opencl_backend.cpp
 }
+#endif
 
 namespace {
 
@@ -427,6 +429,7 @@ TEST_CASE("opencl half: every op family in bf16 and fp16 matches float32 within 
     }
 }
 
+#ifdef TRIDENT_HAVE_OPENCL  // fresh devices made with the forced policy: the backend's own factory
 // On PoCL the default policy leaves small products to CLBlast (16-bit operands are then staged
 // through float32); the own kernel is forced here, whole and split along K. One tile shape: the
 // 16-bit loads and stores are the same code in every shape (tests/test_opencl_backend.cpp covers
@@ -461,6 +464,7 @@ TEST_CASE("opencl half: the own tiled GEMM on 16-bit operands accumulates in flo
       }
   }
 }
+#endif  // TRIDENT_HAVE_OPENCL
 
 TEST_CASE("opencl half: loss scaling skips an overflowed step, backs off and grows on the device",
           "[opencl][half][loss_scale]") {
