@@ -23,6 +23,12 @@
 #include "trident/models/zoo.h"
 #include "tests/fake_collective.h"
 #include "tests/reference_device.h"
+
+#ifdef TRIDENT_HAVE_NCCL
+namespace trident {
+std::unique_ptr<Collective> make_nccl_collective(const std::vector<Device*>& devices);
+}
+#endif
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -282,6 +288,47 @@ TEST_CASE("data parallel: NCCL sums across CUDA devices", "[data-parallel][colle
   for (auto& b : buffers) whole.push_back(b.memory());
   collective->all_reduce_sum(whole, n / 2);  // then the first half
   for (auto& b : buffers) CHECK(b.to_host() == want);  // small integers: exact in any order
+}
+
+// One GPU, one rank: the NCCL paths a single-GPU machine can run (issue 14). The communicator sums
+// in place (the identity for one rank), its all-reduce is recorded inside a captured step and
+// replayed, and the graph is released before the communicator, as Trainer's teardown does
+// (NCCL's finalize waits for every graph that holds the communicator: the other order hangs).
+TEST_CASE("data parallel: a 1-rank NCCL communicator sums on one GPU, inside a captured step too, "
+          "and tears down after the graph", "[data-parallel][collective][cuda]") {
+#ifndef TRIDENT_HAVE_NCCL
+  WARN("SKIPPED: built without NCCL");
+#else
+  const std::vector<Device*> gpus = cuda_devices();
+  if (gpus.empty()) {
+    WARN("SKIPPED: no CUDA device");
+    return;
+  }
+  Device& gpu = *gpus[0];
+  std::unique_ptr<Collective> collective = make_nccl_collective({&gpu});
+  REQUIRE(collective);
+  CHECK(collective->name().rfind("nccl", 0) == 0);
+  REQUIRE(collective->capturable());
+  const int64_t n = 4096;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) values[size_t(k)] = float(k % 97) - 48.0f;
+  const Tensor buffer = Tensor::from_host(gpu, {n}, values);
+  const Tensor ones = Tensor::from_host(gpu, {n}, std::vector<float>(size_t(n), 1.0f));
+  collective->all_reduce_sum({buffer.memory()}, n);
+  CHECK(buffer.to_host() == values);
+  std::unique_ptr<CapturedWork> captured = gpu.capture([&] {
+    gpu.axpby(ones, buffer, 1.0f, 1.0f);  // buffer += 1
+    collective->all_reduce_sum({buffer.memory()}, n);
+  });
+  REQUIRE(captured);
+  for (int i = 0; i < 3; ++i) captured->replay();
+  std::vector<float> want = values;
+  for (float& v : want) v += 3.0f;
+  CHECK(buffer.to_host() == want);
+  captured.reset();    // the graph first ...
+  collective.reset();  // ... then the communicator: returns (a hang here is the bug)
+  CHECK(buffer.to_host() == want);
+#endif
 }
 
 TEST_CASE("data parallel: NCCL bucketed sums run beside later work and join before the update",
