@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(default minimal cpu-only asan-ubsan)
+[ ${#steps[@]} -gt 0 ] || steps=(default minimal cpu-only asan-ubsan fuzz)
 jobs=${JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -92,12 +92,16 @@ for step in "${steps[@]}"; do
       timed "asan-ubsan: build tests" asan_build_tests
       timed "asan-ubsan: tagged tests" asan_subset
       ;;
+    fuzz)  # each libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS from the seed corpora
+      timed "fuzz: build and run" env FUZZ_BUILD_DIR="$PWD/build/ci-fuzz" \
+        bash scripts/run_fuzzers.sh "${FUZZ_SECONDS:-60}"
+      ;;
     asan-ubsan-full)  # the whole suite under ASan + UBSan (not in the default run: too long)
       timed "asan-ubsan-full: build" asan_build
       timed "asan-ubsan-full: ctest" ctest --preset asan-ubsan
       ;;
     *)
-      echo "ci.sh: unknown step '$step' (steps: default minimal cpu-only asan-ubsan asan-ubsan-full)" >&2
+      echo "ci.sh: unknown step '$step' (steps: default minimal cpu-only asan-ubsan fuzz asan-ubsan-full)" >&2
       exit 2
       ;;
   esac

@@ -9,9 +9,14 @@ packages=(cmake ninja-build g++ make libtbb-dev zlib1g-dev libpng-dev catch2
           libopenmpi-dev openmpi-bin dataset-fashion-mnist python3-torch)
 # --bench: also what bench/run_bench.py compares against and plots with: PyTorch on OpenBLAS
 # (without libopenblas0-pthread Debian's PyTorch falls back to the reference BLAS) and matplotlib.
-if [ "${1:-}" = "--bench" ]; then
-  packages+=(libopenblas0-pthread python3-matplotlib)
-fi
+# --fuzz: clang and its libFuzzer runtime, for scripts/run_fuzzers.sh (CI runs it).
+for option in "$@"; do
+  case $option in
+    --bench) packages+=(libopenblas0-pthread python3-matplotlib) ;;
+    --fuzz) packages+=(clang libclang-rt-dev) ;;
+    *) echo "install_deps: unknown option '$option' (--bench, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
