@@ -21,10 +21,12 @@ def measured(r):
 
 
 def impl_label(r):
-    """trident, pytorch, pytorch-compile, pytorch-inference_mode, pytorch-ddp ..."""
+    """trident, pytorch, pytorch-compile, pytorch-channels_last, pytorch-inference_mode, pytorch-ddp ..."""
     label = r["impl"]
     if r.get("compile"):
         label += "-compile"
+    if r.get("mode") == "channels_last":
+        label += "-channels_last"
     if r.get("inference_mode"):
         label += "-inference_mode"
     return label

@@ -213,6 +213,8 @@ class Plan:
         modes = csv_list(self.args.torch_modes)
         if not modes:
             modes = ["eager", "compile"] if self.torch_gpu and model in self.compile_models else ["eager"]
+            if model == "resnet":  # PyTorch at its best on a convolution-bound model: NHWC too
+                modes.insert(1, "channels_last")
         if self.args.compile and "compile" not in modes:
             modes.append("compile")
         return modes
@@ -446,7 +448,7 @@ def parse_args(argv=None):
     p.add_argument("--opencl-precisions", default="fp32,fp16", help="Trident's precisions on OpenCL")
     p.add_argument("--opencl-models", default="mlp,cnn,mlp-big", help="models trained on OpenCL devices")
     p.add_argument("--torch-precisions", help="PyTorch's precisions (CUDA: fp32,tf32,bf16,fp16; CPU: fp32)")
-    p.add_argument("--torch-modes", help="eager,compile (default: both on CUDA for --compile-models, else eager)")
+    p.add_argument("--torch-modes", help="eager,channels_last,compile (default: eager and compile on CUDA for --compile-models, else eager; channels_last too for resnet)")
     p.add_argument("--compile-models", default=COMPILE_MODELS,
                    help="models PyTorch also trains under torch.compile(mode='reduce-overhead') on CUDA")
     p.add_argument("--torch-compile-precisions",

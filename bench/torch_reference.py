@@ -49,7 +49,8 @@ import time
 import warnings
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-MODES = ("eager", "compile")
+MODES = ("eager", "channels_last", "compile")
+CONV_MODELS = ("cnn", "resnet")  # the models channels_last applies to
 
 
 def csv(text, allowed=None, what="value"):
@@ -71,7 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--precisions", default="fp32", type=lambda s: csv(s, PRECISIONS, "precision"),
                    help="training precisions: fp32,tf32,bf16,fp16 (fp32)")
     p.add_argument("--modes", default="eager", type=lambda s: csv(s, MODES, "mode"),
-                   help="eager and/or compile (eager)")
+                   help="eager, channels_last (eager with channels-last weights and activations: "
+                        "convolution models only) and/or compile (eager)")
     p.add_argument("--compile", action="store_true", help="the same as --modes compile")
     p.add_argument("--compile-precisions", type=lambda s: csv(s, PRECISIONS, "precision"),
                    help="the precisions of --precisions also trained in compile mode, in this order "
@@ -348,7 +350,9 @@ class WithLoss(nn.Module):
         return F.nll_loss(out, y) if self.loss == "nll" else F.cross_entropy(out, y)
 
 
-def training_skip_reason(device, precision, mode):
+def training_skip_reason(device, precision, mode, model_name):
+    if mode == "channels_last" and model_name not in CONV_MODELS:
+        return "channels-last is a layout of convolution activations (this model has none)"
     if precision == "tf32" and device.type != "cuda":
         return "TF32 is a CUDA setting (on this device it is fp32)"
     if precision in AUTOCAST_DTYPES:
@@ -370,7 +374,7 @@ def measure_training(args, device, model_name, batch, precision, mode, optimizer
     row = {"bench": "train", "model": model_name, "device": str(device), "device_name": device_name(device),
            "batch": batch, "steps": steps, "capture": compiled, "compile": compiled, "mode": mode,
            "precision": precision}
-    skip = training_skip_reason(device, precision, mode)
+    skip = training_skip_reason(device, precision, mode, model_name)
     if skip:
         emit(**row, skipped=skip)
         return
@@ -378,6 +382,8 @@ def measure_training(args, device, model_name, batch, precision, mode, optimizer
     images, labels = bench_data(args.data, batch * steps, device, recipe["mean"], recipe["std"])
     tf32 = set_tf32(precision == "tf32")
     model = MODELS[model_name]().to(device).train()
+    if mode == "channels_last":  # NHWC weights: the convolutions' outputs follow them
+        model = model.to(memory_format=torch.channels_last)
     optimizer, impl = make_optimizer(model.parameters(), recipe, optimizer_impl, device)
     scheduler = None
     if recipe["onecycle_max_lr"]:
@@ -597,7 +603,7 @@ def main(args):
         for model in models:
             training_rows(args, device, model, default_batch(args, device, model), impl)
     if args.inference:
-        for mode in args.modes:
+        for mode in (m for m in args.modes if m != "channels_last"):  # inference: eager and compile
             for model in models:
                 for batch in [int(b) for b in args.inference_batches.split(",") if b]:
                     for inference_mode in (False, True):
