@@ -18,7 +18,7 @@
 // blocks of 32 channels x 8 row lanes so that each warp reads 32 adjacent columns. The parts per
 // channel are chosen to fill the GPU. With one part a block owns its channel and runs the second
 // pass itself (no scratch); with several, each block leaves its partial in the device's scratch,
-// the last block to arrive merges every channel's parts in part order, finishes them and leaves
+// the last block to arrive merges every channel's parts in a fixed order, finishes them and leaves
 // the coefficients there, and channel_apply_kernel runs the second pass over all values.
 #pragma once
 #include <algorithm>
@@ -85,26 +85,81 @@ __device__ __forceinline__ void column_merge(double* acc, double* shared) {
   __syncthreads();
 }
 
-// Run by every thread of the block that arrived last: each channel's parts merged in part order,
-// finished, and its coefficients left in the scratch for channel_apply_kernel.
+// Parts [first, first + count * step) of channel c, step apart, merged in part order into acc
+// (count >= 1). The loads are issued in groups before their merges, so that their L2 round trips
+// overlap instead of following one another.
+template <typename I, class Op>
+__device__ __forceinline__ void merge_parts(const double* p, I first, I count, I step,
+                                            double* acc) {
+  constexpr int kGroup = 8;
+  for (int k = 0; k < Op::kWords; ++k) acc[k] = __ldcg(p + int64_t(first) * Op::kWords + k);
+  for (I i = 1; i < count; i += kGroup) {
+    double next[kGroup][Op::kWords];
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g)
+      if (i + g < count)
+        for (int k = 0; k < Op::kWords; ++k)
+          next[g][k] = __ldcg(p + int64_t(first + (i + g) * step) * Op::kWords + k);
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g)
+      if (i + g < count) Op::merge(acc, next[g]);
+  }
+}
+
+// Run by every thread of the block that arrived last: each channel's parts merged in a fixed
+// order, finished, and its coefficients left in the scratch for channel_apply_kernel. With
+// fewer channels than threads (a global norm: one channel of millions of values in thousands of
+// parts) the block merges one channel at a time: thread t takes parts t, t + T, ... in order and
+// a fixed tree joins the threads; otherwise each thread merges its channels' parts alone.
+// shared: kWords * (threads of the block) doubles.
 template <typename I, class Op>
 __device__ void finish_from_partials(const Op& op, I channels, I parts,
-                                     const ReduceScratch& scratch) {
+                                     const ReduceScratch& scratch, double* shared) {
   __threadfence();  // pairs with the writers' fences: their partials are visible
   const int threads = blockDim.x * blockDim.y;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  for (I c = I(tid); c < channels; c += I(threads)) {
-    double acc[Op::kWords], next[Op::kWords];
-    const double* p = scratch.partials + int64_t(c) * parts * Op::kWords;
-    for (int k = 0; k < Op::kWords; ++k) acc[k] = __ldcg(p + k);
-    for (I part = 1; part < parts; ++part) {
-      for (int k = 0; k < Op::kWords; ++k) next[k] = __ldcg(p + int64_t(part) * Op::kWords + k);
-      Op::merge(acc, next);
-    }
+  auto finish = [&](I c, const double* acc) {
     float coef[coef_slots<Op>()];
     op.finish(c, acc, coef);
     for (int k = 0; k < Op::kCoefWords; ++k)
       scratch.coefficients[int64_t(c) * Op::kCoefWords + k] = coef[k];
+  };
+  if (channels < I(threads) && parts > I(1)) {
+    for (I c = 0; c < channels; ++c) {
+      const double* p = scratch.partials + int64_t(c) * parts * Op::kWords;
+      double acc[Op::kWords];
+      const bool has = I(tid) < parts;
+      if (has) merge_parts<I, Op>(p, I(tid), (parts - I(tid) + I(threads) - 1) / I(threads),
+                                  I(threads), acc);
+      for (int k = 0; k < Op::kWords; ++k) shared[k * threads + tid] = has ? acc[k] : 0.0;
+      __syncthreads();
+      // Tree over the threads that hold a value: thread t takes t + half while it exists.
+      const int holders = int(parts < I(threads) ? parts : I(threads));
+      int width = 1;
+      while (width < holders) width *= 2;
+      for (int half = width / 2; half > 0; half /= 2) {
+        if (tid < half && tid + half < holders) {
+          double a[Op::kWords], b[Op::kWords];
+          for (int k = 0; k < Op::kWords; ++k)
+            a[k] = shared[k * threads + tid], b[k] = shared[k * threads + tid + half];
+          Op::merge(a, b);
+          for (int k = 0; k < Op::kWords; ++k) shared[k * threads + tid] = a[k];
+        }
+        __syncthreads();
+      }
+      if (tid == 0) {
+        for (int k = 0; k < Op::kWords; ++k) acc[k] = shared[k * threads];
+        finish(c, acc);
+      }
+      __syncthreads();  // shared is free for the next channel
+    }
+  } else {
+    for (I c = I(tid); c < channels; c += I(threads)) {
+      double acc[Op::kWords];
+      merge_parts<I, Op>(scratch.partials + int64_t(c) * parts * Op::kWords, I(0), parts, I(1),
+                         acc);
+      finish(c, acc);
+    }
   }
   if (tid == 0) *scratch.counter = 0u;  // every block has arrived: ready for the next kernel
 }
@@ -121,6 +176,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const I begin = I(int64_t(walk.length) * int64_t(part) / int64_t(parts));
     const I end = I(int64_t(walk.length) * int64_t(part + 1) / int64_t(parts));
     typename Op::Local local = op.zero(c);
+#pragma unroll 4  // several loads in flight per thread (the sum's order is unchanged)
     for (I j = begin + I(threadIdx.x); j < end; j += I(kBlockThreads))
       op.add(local, walk.address(c, j));
     double acc[Op::kWords];
@@ -142,7 +198,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       last = atomicAdd(scratch.counter, 1u) == static_cast<unsigned>(tasks) - 1u;
     }
     __syncthreads();
-    if (last) finish_from_partials<I, Op>(op, walk.channels, parts, scratch);
+    if (last) finish_from_partials<I, Op>(op, walk.channels, parts, scratch, shared);
   }
 }
 
@@ -160,6 +216,7 @@ __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
   const I end = I(int64_t(rows) * int64_t(part + 1) / int64_t(parts));
   typename Op::Local local = op.zero(active ? c : I(0));
   if (active)
+#pragma unroll 4
     for (I r = begin + I(y); r < end; r += I(kColumnLanes)) op.add(local, r * channels + c);
   double acc[Op::kWords];
   op.to_acc(local, acc);
@@ -182,7 +239,7 @@ __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
   if (x == 0 && y == 0)
     last = atomicAdd(scratch.counter, 1u) == gridDim.x * gridDim.y - 1u;
   __syncthreads();
-  if (last) finish_from_partials<I, Op>(op, channels, parts, scratch);
+  if (last) finish_from_partials<I, Op>(op, channels, parts, scratch, shared);
 }
 
 // The second pass when channels were split into parts: value i of x ([outer, channels, inner]).
