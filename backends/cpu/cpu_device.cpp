@@ -9,6 +9,7 @@
 #include <oneapi/tbb/version.h>
 
 #include "trident/core/error.h"
+#include "trident/core/half.h"
 #include "trident/kernels/cpu/batchnorm.h"
 #include "trident/kernels/cpu/channel.h"
 #include "trident/kernels/cpu/conv2d.h"
@@ -16,6 +17,7 @@
 #include "trident/kernels/cpu/elementwise.h"
 #include "trident/kernels/cpu/gather.h"
 #include "trident/kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/gemm_bf16.h"
 #include "trident/kernels/cpu/convert.h"
 #include "trident/kernels/cpu/optimizers.h"
 #include "trident/kernels/cpu/pool2d.h"
@@ -59,7 +61,8 @@ CpuDevice::CpuDevice(int index, int threads, const std::string& cpu_name)
   info_.type = "cpu";
   info_.driver = "oneTBB " + std::to_string(TBB_VERSION_MAJOR) + "." +
                  std::to_string(TBB_VERSION_MINOR);
-  info_.detail = std::string("sgemm kernel ") + cpu::sgemm_kernel_name();
+  info_.detail = std::string("sgemm kernel ") + cpu::sgemm_kernel_name() +
+                 (cpu::cpu_has_avx512_bf16() ? "; bf16 GEMMs on AVX-512 BF16" : "");
   info_.memory_bytes = page_bytes(_SC_PHYS_PAGES);
   info_.compute_units = threads;
 }
@@ -111,8 +114,49 @@ void CpuDevice::do_fill(const Tensor& dst, float value) {
 
 // ---- linear algebra ----------------------------------------------------------------------------
 
+namespace {
+
+// A bfloat16 product (native where the CPU has AVX-512 BF16, do_native): C float32 or bfloat16.
+void gemm_bf16(const GemmArgs& g, void* c, bool c_bf16, int64_t ldc,
+               const cpu::GemmEpilogue& epilogue) {
+  cpu::gemm_bf16(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at<uint16_t>(g.a), g.lda,
+                 at<uint16_t>(g.b), g.ldb, g.beta, c, c_bf16, ldc, epilogue);
+}
+
+// do_gemm_fused for bfloat16 A and B. A bfloat16 C with an activation other than ReLU is
+// computed in float32 rows first, so that it is rounded once, after the activation.
+void gemm_fused_bf16(const GemmArgs& g) {
+  const bool relu = g.activation == UnaryOp::relu;
+  const bool other = !relu && g.activation != UnaryOp::identity;
+  const bool c_bf16 = g.c.dtype() == DType::bf16;
+  const cpu::GemmEpilogue epilogue{at(g.bias), cpu_bias_kind(g.bias_kind), relu};
+  if (!other) return gemm_bf16(g, at<void>(g.c), c_bf16, g.ldc, epilogue);
+  std::vector<float> rows;
+  float* c = at(g.c);
+  int64_t ldc = g.ldc;
+  if (c_bf16) {
+    rows.resize(size_t(g.m * g.n));
+    c = rows.data(), ldc = g.n;
+    if (g.beta != 0.0f)
+      for (int64_t r = 0; r < g.m; ++r)
+        for (int64_t j = 0; j < g.n; ++j)
+          rows[size_t(r * g.n + j)] = bf16_to_float(at<uint16_t>(g.c)[r * g.ldc + j]);
+  }
+  gemm_bf16(g, c, false, ldc, epilogue);
+  for (int64_t r = 0; r < g.m; ++r)
+    cpu::unary_forward(g.activation, c + r * ldc, c + r * ldc, g.n, g.activation_alpha);
+  if (c_bf16)
+    for (int64_t r = 0; r < g.m; ++r)
+      for (int64_t j = 0; j < g.n; ++j)
+        at<uint16_t>(g.c)[r * g.ldc + j] = float_to_bf16(rows[size_t(r * g.n + j)]);
+}
+
+}  // namespace
+
 void CpuDevice::do_gemm(const GemmArgs& g) {
   run([&] {
+    if (g.a.dtype() == DType::bf16)
+      return gemm_bf16(g, at<void>(g.c), g.c.dtype() == DType::bf16, g.ldc, {});
     cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at(g.a), g.lda, at(g.b), g.ldb,
                g.beta, at(g.c), g.ldc);
   });
@@ -121,6 +165,7 @@ void CpuDevice::do_gemm(const GemmArgs& g) {
 // Bias and ReLU ride in the SGEMM's store; other activations take one pass over C afterwards.
 void CpuDevice::do_gemm_fused(const GemmArgs& g) {
   const bool relu = g.activation == UnaryOp::relu;
+  if (g.a.dtype() == DType::bf16) return run([&] { gemm_fused_bf16(g); });
   run([&] {
     cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at(g.a), g.lda, at(g.b), g.ldb,
                g.beta, at(g.c), g.ldc,
@@ -366,9 +411,10 @@ void CpuDevice::do_update_loss_scale(const Tensor& state, const Tensor& grad_sum
   cpu::update_loss_scale(at(state), at(grad_sumsq)[0], params);
 }
 
-// ---- 16-bit floats: stored here, computed in float32 ---------------------------------------------
+// ---- 16-bit floats: stored here, computed in float32 (bf16 GEMMs natively on AVX-512 BF16) ---------------------------------------------
 
 bool CpuDevice::do_native(OpFamily family, DType dtype) const {
+  if (family == OpFamily::gemm) return dtype == DType::bf16 && cpu::cpu_has_avx512_bf16();
   return family == OpFamily::convert && is_half(dtype);
 }
 

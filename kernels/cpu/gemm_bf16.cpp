@@ -1,0 +1,195 @@
+// The bfloat16 GEMM on AVX-512 BF16 (gemm_bf16.h).
+//
+// op(A) [M,K] and op(B) [K,N] are packed whole, as 32-bit words that each hold a pair of
+// consecutive K values (the lower half the even one), the layout VDPBF16PS multiplies:
+//   A: strips of kMR rows, strip s = words [pairs][kMR]   (A(i, 2q) | A(i, 2q+1) << 16)
+//   B: panels of kNR columns, panel p = words [pairs][kNR] (B(2q, j) | B(2q+1, j) << 16)
+// with pairs = ceil(K / 2); an odd K's last high half, and rows or columns past the edges, are 0.
+// A task multiplies a few strips by a few panels, the whole K at once in 24 zmm accumulators
+// (12 rows x 32 columns: 2 x 16 float lanes), into a float tile that the plain store code then
+// scales, adds beta * C, the bias and ReLU to, and writes as float32 or bfloat16. Only the
+// micro-kernel is compiled for AVX-512 BF16 (a function target), so nothing else in this file
+// can execute an instruction the CPU lacks.
+#include "trident/kernels/cpu/gemm_bf16.h"
+
+#include <tbb/blocked_range2d.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "trident/core/env.h"
+#include "trident/core/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define TRIDENT_HAVE_BF16_KERNEL 1
+#define TRIDENT_BF16_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#endif
+
+namespace trident::cpu {
+namespace {
+
+constexpr int kMR = 12, kNR = 32;
+using Tile = float[kMR][kNR];
+
+void pack_a_strip(bool trans_a, const uint16_t* A, int64_t lda, int64_t M, int64_t K,
+                  int64_t row0, int64_t pairs, uint32_t* dst) {
+  const int rows = int(std::min<int64_t>(kMR, M - row0));
+  for (int64_t q = 0; q < pairs; ++q) {
+    const int64_t p0 = 2 * q, p1 = 2 * q + 1;
+    uint32_t* out = dst + q * kMR;
+    for (int i = 0; i < kMR; ++i) {
+      uint32_t lo = 0, hi = 0;
+      if (i < rows) {
+        const int64_t r = row0 + i;
+        lo = trans_a ? A[p0 * lda + r] : A[r * lda + p0];
+        if (p1 < K) hi = trans_a ? A[p1 * lda + r] : A[r * lda + p1];
+      }
+      out[i] = lo | hi << 16;
+    }
+  }
+}
+
+void pack_b_panel(bool trans_b, const uint16_t* B, int64_t ldb, int64_t N, int64_t K,
+                  int64_t col0, int64_t pairs, uint32_t* dst) {
+  const int cols = int(std::min<int64_t>(kNR, N - col0));
+  for (int64_t q = 0; q < pairs; ++q) {
+    const int64_t p0 = 2 * q, p1 = 2 * q + 1;
+    uint32_t* out = dst + q * kNR;
+    for (int j = 0; j < kNR; ++j) {
+      uint32_t lo = 0, hi = 0;
+      if (j < cols) {
+        const int64_t c = col0 + j;
+        lo = trans_b ? B[c * ldb + p0] : B[p0 * ldb + c];
+        if (p1 < K) hi = trans_b ? B[c * ldb + p1] : B[p1 * ldb + c];
+      }
+      out[j] = lo | hi << 16;
+    }
+  }
+}
+
+#if TRIDENT_HAVE_BF16_KERNEL
+// tile = strip a (kMR rows) x panel b (kNR columns) over `pairs` K pairs. The accumulators are
+// named variables: GCC keeps an array of vectors in memory across the loop.
+TRIDENT_BF16_TARGET void micro(const uint32_t* a, const uint32_t* b, int64_t pairs, Tile& tile) {
+#define TRIDENT_ACC(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
+  TRIDENT_ACC(0) TRIDENT_ACC(1) TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5)
+  TRIDENT_ACC(6) TRIDENT_ACC(7) TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
+#undef TRIDENT_ACC
+#pragma GCC unroll 2
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * kNR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + q * kNR + 16);
+    const uint32_t* aq = a + q * kMR;
+#define TRIDENT_ROW(i, r)                                                   \
+  {                                                                         \
+    const __m512bh av = (__m512bh)_mm512_set1_epi32(int(aq[i]));            \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                            \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                            \
+  }
+    TRIDENT_ROW(0, 0) TRIDENT_ROW(1, 1) TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3)
+    TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5) TRIDENT_ROW(6, 6) TRIDENT_ROW(7, 7)
+    TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a) TRIDENT_ROW(11, b)
+#undef TRIDENT_ROW
+  }
+#define TRIDENT_STORE(i, r)                      \
+  _mm512_storeu_ps(&tile[i][0], c##r##0);        \
+  _mm512_storeu_ps(&tile[i][16], c##r##1);
+  TRIDENT_STORE(0, 0) TRIDENT_STORE(1, 1) TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3)
+  TRIDENT_STORE(4, 4) TRIDENT_STORE(5, 5) TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7)
+  TRIDENT_STORE(8, 8) TRIDENT_STORE(9, 9) TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
+#undef TRIDENT_STORE
+}
+#endif
+
+struct Store {
+  float alpha, beta;
+  void* c;
+  bool c_bf16;
+  int64_t ldc;
+  GemmEpilogue epilogue;
+
+  // The valid rows x cols of a tile whose first element is C(row0, col0).
+  void operator()(const Tile& tile, int rows, int cols, int64_t row0, int64_t col0) const {
+    for (int i = 0; i < rows; ++i) {
+      const int64_t r = row0 + i;
+      for (int j = 0; j < cols; ++j) {
+        const int64_t at = r * ldc + col0 + j;
+        float v = alpha * tile[i][j];
+        if (beta != 0.0f)
+          v += beta * (c_bf16 ? bf16_to_float(static_cast<const uint16_t*>(c)[at])
+                              : static_cast<const float*>(c)[at]);
+        if (epilogue.bias_kind == BiasKind::per_column) v += epilogue.bias[col0 + j];
+        else if (epilogue.bias_kind == BiasKind::per_row) v += epilogue.bias[r];
+        if (epilogue.relu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as in sgemm
+        if (c_bf16) static_cast<uint16_t*>(c)[at] = float_to_bf16(v);
+        else static_cast<float*>(c)[at] = v;
+      }
+    }
+  }
+};
+
+// The packed operands of one call, kept per thread between calls (no page faults per GEMM).
+std::vector<uint32_t>& packing_buffer(size_t words) {
+  thread_local std::vector<uint32_t> buffer;
+  if (buffer.size() < words) buffer.resize(words);
+  return buffer;
+}
+
+}  // namespace
+
+bool cpu_has_avx512_bf16() {
+#if TRIDENT_HAVE_BF16_KERNEL
+  static const bool has = detail::cpu_has_avx512() && __builtin_cpu_supports("avx512bf16") &&
+                          env_flag("TRIDENT_CPU_BF16_DOT", true);
+  return has;
+#else
+  return false;
+#endif
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
+               void* C, bool c_bf16, int64_t ldc, const GemmEpilogue& epilogue) {
+#if TRIDENT_HAVE_BF16_KERNEL
+  if (M <= 0 || N <= 0) return;
+  const int64_t pairs = (K + 1) / 2;
+  const int64_t strips = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
+  const int64_t strip_words = pairs * kMR, panel_words = pairs * kNR;
+  std::vector<uint32_t>& buffer =
+      packing_buffer(size_t(strips * strip_words + panels * panel_words));
+  uint32_t* const packed_a = buffer.data();
+  uint32_t* const packed_b = packed_a + strips * strip_words;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, strips + panels),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t t = r.begin(); t != r.end(); ++t) {
+                        if (t < strips)
+                          pack_a_strip(trans_a, A, lda, M, K, t * kMR, pairs,
+                                       packed_a + t * strip_words);
+                        else
+                          pack_b_panel(trans_b, B, ldb, N, K, (t - strips) * kNR, pairs,
+                                       packed_b + (t - strips) * panel_words);
+                      }
+                    });
+  const Store store{alpha, beta, C, c_bf16, ldc, epilogue};
+  // Tasks of up to 4 strips x 4 panels: a panel stays in L2 while the strips pass over it.
+  tbb::parallel_for(
+      tbb::blocked_range2d<int64_t>(0, strips, 4, 0, panels, 4),
+      [&](const tbb::blocked_range2d<int64_t>& r) {
+        alignas(64) Tile tile;
+        for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
+          for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
+            micro(packed_a + s * strip_words, packed_b + p * panel_words, pairs, tile);
+            store(tile, int(std::min<int64_t>(kMR, M - s * kMR)),
+                  int(std::min<int64_t>(kNR, N - p * kNR)), s * kMR, p * kNR);
+          }
+      });
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
+  (void)B, (void)ldb, (void)beta, (void)C, (void)c_bf16, (void)ldc, (void)epilogue;
+#endif
+}
+
+}  // namespace trident::cpu

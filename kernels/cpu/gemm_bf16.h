@@ -1,0 +1,24 @@
+// The CPU backend's bfloat16 GEMM on AVX-512 BF16 (VDPBF16PS: pairs of bfloat16 products summed
+// into float lanes), used where the CPU has that extension (chosen at run time); elsewhere the
+// device front stages 16-bit GEMMs through float32 and sgemm.
+#pragma once
+#include <cstdint>
+
+#include "trident/kernels/cpu/gemm.h"
+
+namespace trident::cpu {
+
+// Whether this CPU (and build) runs gemm_bf16: AVX-512 F/BW/VL/DQ and BF16, and the OS saves the
+// zmm state; TRIDENT_CPU_BF16_DOT=0 turns it off (the staged float32 path then runs).
+bool cpu_has_avx512_bf16();
+
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, then the epilogue (gemm.h's sgemm
+// contract), with A and B bfloat16 bit patterns and float32 accumulation. C is float32, or
+// bfloat16 when c_bf16 (rounded to nearest even, as core/half.h). Each product is exact in float
+// and the float sums follow VDPBF16PS's order (two products per step), so results differ from the
+// staged float32 path by float rounding only. Only call it where cpu_has_avx512_bf16().
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
+               void* C, bool c_bf16, int64_t ldc, const GemmEpilogue& epilogue = {});
+
+}  // namespace trident::cpu
