@@ -107,8 +107,8 @@ __device__ __forceinline__ void merge_parts(const double* p, I first, I count, I
 }
 
 // Run by every thread of the block that arrived last: each channel's parts merged in a fixed
-// order, finished, and its coefficients left in the scratch for channel_apply_kernel. With
-// fewer channels than threads (a global norm: one channel of millions of values in thousands of
+// order, finished, and its coefficients left in the scratch for channel_apply_kernel. With few
+// channels of many parts (a global norm: one channel of millions of values in thousands of
 // parts) the block merges one channel at a time: thread t takes parts t, t + T, ... in order and
 // a fixed tree joins the threads; otherwise each thread merges its channels' parts alone.
 // shared: kWords * (threads of the block) doubles.
@@ -124,7 +124,10 @@ __device__ void finish_from_partials(const Op& op, I channels, I parts,
     for (int k = 0; k < Op::kCoefWords; ++k)
       scratch.coefficients[int64_t(c) * Op::kCoefWords + k] = coef[k];
   };
-  if (channels < I(threads) && parts > I(1)) {
+  // The block takes a channel at a time when that beats each thread merging its channel alone:
+  // a channel costs the block one round of loads and a tree of barriers, a thread alone about
+  // parts / 8 rounds of loads (merge_parts' groups).
+  if (channels < I(threads) && parts >= I(16) * channels) {
     for (I c = 0; c < channels; ++c) {
       const double* p = scratch.partials + int64_t(c) * parts * Op::kWords;
       double acc[Op::kWords];
