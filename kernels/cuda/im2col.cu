@@ -87,40 +87,6 @@ __global__ void col2im_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
   }
 }
 
-// col2im_kernel for a kernel size and stride known at compile time (the 3x3 and 1x1, stride 1
-// and 2 convolutions of common models): the taps unrolled, so that a thread's loads are issued
-// together instead of one latency after another (the generic loop was latency-bound: the
-// largest kernel of a ResNet step on an H100). Same taps, same order of additions.
-template <typename S, typename I, int KH, int KW, int SH, int SW>
-__global__ void col2im_fixed_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
-  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
-    const I t = d.by_w.div(i), w = i - t * d.w;
-    const I t2 = d.by_h.div(t), h = t - t2 * d.h;
-    const I n = d.by_c.div(t2), c = t2 - n * d.c;
-    const S* col_nc = col + (n * d.rows + c * (KH * KW)) * d.p;
-    float taps[KH * KW];
-#pragma unroll
-    for (int kh = 0; kh < KH; ++kh) {
-      const I hh = h + d.ph - kh;  // oh * SH when this tap meets output row oh
-      const I oh = hh / SH;
-      const bool row = hh >= 0 && hh - oh * SH == 0 && oh < d.oh;
-#pragma unroll
-      for (int kw = 0; kw < KW; ++kw) {
-        const I ww = w + d.pw - kw;
-        const I ow = ww / SW;
-        const bool hit = row && ww >= 0 && ww - ow * SW == 0 && ow < d.ow;
-        taps[kh * KW + kw] = hit ? to_float(col_nc[(kh * KW + kw) * d.p + oh * d.ow + ow]) : 0.f;
-      }
-    }
-    // In the generic kernel's order: kh, then kw, ascending (a missing tap adds nothing; the
-    // generic kernel skips it, and x + 0 = x, -0 aside: a sum starting at +0 never gives -0).
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < KH * KW; ++k) sum += taps[k];
-    dx[i] = from_float<S>(sum);
-  }
-}
-
 // Whether the int32 kernels hold every coordinate sum (h + pad, o * stride + kernel).
 bool coordinates_fit(const Conv2dShape& s) {
   return fits_int32(s.height + s.width + 2 * (s.pad_h + s.pad_w) + s.kernel_h + s.kernel_w +
@@ -168,25 +134,10 @@ void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
     using S = decltype(tag);
     const S* cols = static_cast<const S*>(col);
     S* out = static_cast<S*>(dx);
-    if (fits_int32(std::max(total, col_size)) && coordinates_fit(s)) {
-      const PatchDims<int32_t> d = patch_dims<int32_t>(s, rows_per_sample);
-      const auto is = [&](int kh, int kw, int sh, int sw) {
-        return s.kernel_h == kh && s.kernel_w == kw && s.stride_h == sh && s.stride_w == sw;
-      };
-      const unsigned grid = grid_for(total);
-      if (is(3, 3, 1, 1))
-        col2im_fixed_kernel<S, int32_t, 3, 3, 1, 1><<<grid, kBlockThreads, 0, ctx.stream>>>(
-            d, cols, int32_t(total), out);
-      else if (is(3, 3, 2, 2))
-        col2im_fixed_kernel<S, int32_t, 3, 3, 2, 2><<<grid, kBlockThreads, 0, ctx.stream>>>(
-            d, cols, int32_t(total), out);
-      else if (is(1, 1, 2, 2))
-        col2im_fixed_kernel<S, int32_t, 1, 1, 2, 2><<<grid, kBlockThreads, 0, ctx.stream>>>(
-            d, cols, int32_t(total), out);
-      else
-        col2im_kernel<S, int32_t><<<grid, kBlockThreads, 0, ctx.stream>>>(d, cols, int32_t(total),
-                                                                          out);
-    } else
+    if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
+      col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          patch_dims<int32_t>(s, rows_per_sample), cols, int32_t(total), out);
+    else
       col2im_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
           patch_dims<int64_t>(s, rows_per_sample), cols, total, out);
   });
