@@ -86,7 +86,7 @@ float sum_of_squares(const std::vector<float>& v) {
 
 std::vector<uint32_t> bits_of(const std::vector<float>& v) {
   std::vector<uint32_t> out(v.size());
-  std::memcpy(out.data(), v.data(), v.size() * 4);
+  if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * 4);  // null data when empty
   return out;
 }
 
