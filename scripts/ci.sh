@@ -7,13 +7,14 @@
 #   minimal     -Werror configure and build only, with OpenCL, NCCL and MPI off (CUDA, where the
 #               toolkit is, without NCCL): the #ifdef paths of a lean build compile
 #   asan-ubsan  AddressSanitizer + UBSan build of the test binary and CLI (CPU and PoCL, no CUDA;
-#               -O0 -g, which GCC compiles with the sanitizers 7x faster than the preset's -O2 -g)
-#               and the fast tests tagged in ASAN_TAGS below: file formats, data sets, weights
-#               files, tensors, allocator, registry, log, env, errors, collectives
-# Optional, not run by default: asan-ubsan-full (preset asan-ubsan: the whole suite under the
-# sanitizers at -O2 -g; about an hour more on 2 cores). Prints how long each part took.
+#               -O0 -g, which GCC compiles with the sanitizers 7x faster than -O2 -g, except the
+#               CPU and reference kernels at -O1: TRIDENT_SANITIZE_KERNEL_FLAGS) and the whole
+#               Catch2 suite under them (ASAN_TAGS='[idx],[npy]' runs a subset instead)
+# Optional, not run by default: asan-ubsan-full (preset asan-ubsan: everything at -O2 -g, every
+# ctest), tsan (ThreadSanitizer on the threaded and data-parallel tests, see tsan_run below).
+# Prints how long each part took.
 #
-# Usage: scripts/ci.sh [STEP...]   steps: default minimal asan-ubsan asan-ubsan-full
+# Usage: scripts/ci.sh [STEP...]   steps: default minimal cpu-only asan-ubsan fuzz asan-ubsan-full tsan
 # Build trees: build/ci-default, build/ci-minimal, build/ci-asan, build/asan-ubsan (the full
 # one); a developer's build/ keeps its own settings.
 set -euo pipefail
@@ -33,9 +34,8 @@ if [ "${CI_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null 2>&1; then  # CI_CC
   launchers=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 cuda_arch=("-DCMAKE_CUDA_ARCHITECTURES=${CI_CUDA_ARCHITECTURES:-90}")
-# The sanitizer step's Catch2 tags: fast tests over the code that parses untrusted bytes or
-# manages memory and threads by hand (60 test cases, 5 s in a release build).
-ASAN_TAGS=${ASAN_TAGS:-'[idx],[npy],[npz],[safetensors],[json],[dataset],[files],[images],[weights],[tensor],[allocator],[registry],[log],[env],[errors],[collective]'}
+# The sanitizer step's Catch2 test spec: empty (the default) runs the whole suite.
+ASAN_TAGS=${ASAN_TAGS:-}
 # The asan-ubsan test preset's environment (CMakePresets.json), for the tagged run.
 asan_env=(
   "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1"
@@ -65,10 +65,32 @@ asan_build() {  # the preset's tree (no CUDA, -O2 -g), everything
 asan_build_tests() {  # a Debug tree with the sanitizers: the test binary and the CLI it runs
   cmake -S . -B build/ci-asan "${generator[@]}" "${common[@]}" "${launchers[@]}" \
     -DCMAKE_BUILD_TYPE=Debug -DTRIDENT_SANITIZE=address,undefined -DTRIDENT_WITH_CUDA=OFF \
-    -DTRIDENT_BUILD_BENCH=OFF
+    -DTRIDENT_BUILD_BENCH=OFF -DTRIDENT_SANITIZE_KERNEL_FLAGS=-O1
   cmake --build build/ci-asan -j "$jobs" --target trident_tests trident_cli
 }
-asan_subset() { env "${asan_env[@]}" build/ci-asan/tests/trident_tests "$ASAN_TAGS"; }
+asan_suite() {  # the suite's own CLI tests run build/ci-asan/trident, instrumented as well
+  local spec=()
+  [ -n "$ASAN_TAGS" ] && spec=("$ASAN_TAGS")
+  env "${asan_env[@]}" build/ci-asan/tests/trident_tests "${spec[@]}"
+}
+# ThreadSanitizer: Debian's oneTBB is not instrumented, so TSan cannot see the synchronisation
+# inside libtbb and reports its hand-offs as races. Each CPU device here gets one thread
+# (TRIDENT_CPU_DEVICES=4, TRIDENT_NUM_THREADS=4): an arena of one thread runs its parallel_for
+# bodies on the calling thread and TBB starts no workers, so every cross-thread hand-off TSan
+# sees is Trident's own (data-parallel replicas, collectives, the registry, the log, the
+# allocator); tests/sanitizers/tsan.supp names what remains inside TBB's own headers.
+tsan_build() {
+  cmake -S . -B build/ci-tsan "${generator[@]}" "${launchers[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DTRIDENT_SANITIZE=thread -DTRIDENT_WITH_CUDA=OFF \
+    -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_BUILD_BENCH=OFF
+  cmake --build build/ci-tsan -j "$jobs" --target trident_tests
+}
+TSAN_TAGS=${TSAN_TAGS:-'[data-parallel],[collective],[registry],[log],[allocator],[overlap],[split],[teardown],[timeout]'}
+tsan_run() {
+  env TRIDENT_CPU_DEVICES=4 TRIDENT_NUM_THREADS=4 \
+    TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
+    timeout 1200 build/ci-tsan/tests/trident_tests "$TSAN_TAGS"
+}
 
 for step in "${steps[@]}"; do
   case $step in
@@ -88,20 +110,24 @@ for step in "${steps[@]}"; do
         -DTRIDENT_WITH_CUDA=OFF -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_WITH_NCCL=OFF \
         -DTRIDENT_WITH_MPI=OFF -DTRIDENT_BUILD_BENCH=OFF
       ;;
-    asan-ubsan)  # the tagged fast tests under ASan + UBSan on the CPU and PoCL
+    asan-ubsan)  # the whole suite under ASan + UBSan on the CPU and PoCL
       timed "asan-ubsan: build tests" asan_build_tests
-      timed "asan-ubsan: tagged tests" asan_subset
+      timed "asan-ubsan: suite" asan_suite
       ;;
     fuzz)  # each libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS from the seed corpora
       timed "fuzz: build and run" env FUZZ_BUILD_DIR="$PWD/build/ci-fuzz" \
         bash scripts/run_fuzzers.sh "${FUZZ_SECONDS:-60}"
       ;;
-    asan-ubsan-full)  # the whole suite under ASan + UBSan (not in the default run: too long)
+    tsan)  # ThreadSanitizer over the threaded tests (not in the default run: see tsan_run)
+      timed "tsan: build" tsan_build
+      timed "tsan: threaded tests" tsan_run
+      ;;
+    asan-ubsan-full)  # everything at -O2 -g under ASan + UBSan, every ctest (not in the default run)
       timed "asan-ubsan-full: build" asan_build
       timed "asan-ubsan-full: ctest" ctest --preset asan-ubsan
       ;;
     *)
-      echo "ci.sh: unknown step '$step' (steps: default minimal cpu-only asan-ubsan fuzz asan-ubsan-full)" >&2
+      echo "ci.sh: unknown step '$step' (steps: default minimal cpu-only asan-ubsan fuzz asan-ubsan-full tsan)" >&2
       exit 2
       ;;
   esac

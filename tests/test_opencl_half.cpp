@@ -437,12 +437,20 @@ TEST_CASE("opencl half: every op family in bf16 and fp16 matches float32 within 
 TEST_CASE("opencl half: the own tiled GEMM on 16-bit operands accumulates in float",
           "[opencl][half][gemm]") {
   if (opencl_devices().empty()) WARN("SKIPPED: no OpenCL device");
-  const char* modes[][3] = {{"always", "32", nullptr}, {"always", "32", "3"}};
-  for (const auto& [mode, tile, split] : modes) {
+  // The last two: the tensor-core kernel (gemm.cl -DMMA), its instruction emulated where the
+  // device has no tensor cores (on an NVIDIA GPU of compute capability 8.0+ it runs for real in
+  // the "auto" rows as well), whole and split along K.
+  const char* modes[][4] = {{"always", "32", nullptr, "0"},
+                            {"always", "32", "3", "0"},
+                            {"auto", nullptr, nullptr, "emulate"},
+                            {"auto", nullptr, "3", "emulate"}};
+  for (const auto& [mode, tile, split, tensor_cores] : modes) {
     ScopedEnv own("TRIDENT_OPENCL_OWN_GEMM", mode), forced("TRIDENT_OPENCL_GEMM_TILE", tile),
-        slices("TRIDENT_OPENCL_SPLIT_K", split);
+        slices("TRIDENT_OPENCL_SPLIT_K", split),
+        cores("TRIDENT_OPENCL_TENSOR_CORES", tensor_cores);
     INFO("TRIDENT_OPENCL_GEMM_TILE=" << (tile ? tile : "") << " TRIDENT_OPENCL_SPLIT_K="
-                                     << (split ? split : ""));
+                                     << (split ? split : "") << " TRIDENT_OPENCL_TENSOR_CORES="
+                                     << tensor_cores);
     std::string why;
     for (const auto& device : make_opencl_backend()->discover(why))
       for (DType t : kHalfTypes) {

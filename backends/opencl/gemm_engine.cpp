@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "trident/backends/opencl/cl_info.h"
 #include "trident/core/env.h"
 #include "trident/core/error.h"
 
@@ -50,11 +51,31 @@ GemmPolicy GemmPolicy::from_env() {
   return p;
 }
 
+int nvidia_compute_capability(cl_device_id device) {
+  if (device_string(device, CL_DEVICE_EXTENSIONS).find("cl_nv_device_attribute_query") ==
+      std::string::npos)
+    return 0;
+  constexpr cl_device_info kMajor = 0x4000, kMinor = 0x4001;  // CL_DEVICE_COMPUTE_CAPABILITY_*_NV
+  cl_uint major = 0, minor = 0;
+  if (clGetDeviceInfo(device, kMajor, sizeof major, &major, nullptr) != CL_SUCCESS ||
+      clGetDeviceInfo(device, kMinor, sizeof minor, &minor, nullptr) != CL_SUCCESS)
+    return 0;
+  return int(major * 10 + minor);
+}
+
+TensorCores opencl_tensor_cores(cl_device_id device) {
+  const auto value = env_string("TRIDENT_OPENCL_TENSOR_CORES");
+  if (value && *value == "emulate") return TensorCores::emulated;
+  if (!env_flag("TRIDENT_OPENCL_TENSOR_CORES", true)) return TensorCores::off;
+  return nvidia_compute_capability(device) >= 80 ? TensorCores::ptx : TensorCores::off;
+}
+
 GemmEngine::GemmEngine(ClQueue& queue, const DeviceInfo& info)
     : queue_(queue),
       policy_(GemmPolicy::from_env()),
       is_gpu_(info.type == "gpu"),
-      compute_units_(std::max(info.compute_units, 1)) {}
+      compute_units_(std::max(info.compute_units, 1)),
+      tensor_cores_(opencl_tensor_cores(queue.device())) {}
 
 GemmEngine::~GemmEngine() {
   for (auto& by_ab : tile_programs_)
@@ -81,7 +102,7 @@ bool GemmEngine::gemm(const GemmCall& g) {
     // 16-bit operands: the own kernel for the whole product (and its split-K slices, which fit
     // wherever the whole does), or nothing.
     const double work = double(g.m) * double(g.n) * double(std::max<size_t>(g.k, 1));
-    if (!own_kernel_takes(work) || tile_variant(t) < 0) return false;
+    if (!(tensor_cores_for(t) || own_kernel_takes(work)) || tile_variant(t) < 0) return false;
   }
   if (split_k(g)) return true;  // epilogue included
   // One launch with the bias and ReLU fused, when the own kernel takes this shape; another

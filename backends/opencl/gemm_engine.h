@@ -67,6 +67,15 @@ struct TiledGemm {
                       DeviceMemory c, size_t ldc);
 };
 
+// NVIDIA's compute capability of an OpenCL device as 10 * major + minor (cl_nv_device_attribute_
+// query), 0 for any other device.
+int nvidia_compute_capability(cl_device_id device);
+// Whether 16-bit GEMMs use tensor cores through inline PTX on this device: compute capability
+// 8.0 or more, unless TRIDENT_OPENCL_TENSOR_CORES=0; =emulate (tests) runs the same kernel on
+// any device with the tensor-core instruction emulated.
+enum class TensorCores { off, ptx, emulated };
+TensorCores opencl_tensor_cores(cl_device_id device);
+
 class GemmEngine {
  public:
   GemmEngine(ClQueue& queue, const DeviceInfo& info);
@@ -100,9 +109,11 @@ class GemmEngine {
   // Whether the own kernel takes a product of `work` multiply-adds on this device (the policy;
   // shape limits aside).
   bool own_kernel_takes(double work) const;
-  // The tile shape (0..2) the own kernel would run `t` with, or -1 when its indices or launch
-  // grid do not fit the kernel (the policy aside).
+  // The tile shape (0..2, or 3: the tensor-core kernel) the own kernel would run `t` with, or
+  // -1 when its indices or launch grid do not fit the kernel (the policy aside).
   int tile_variant(const TiledGemm& t) const;
+  // Whether `t` (16-bit A and B) runs on the tensor-core kernel (builds it on first use).
+  bool tensor_cores_for(const TiledGemm& t) const;
   // How many K slices split_k cuts this product into (1: none).
   size_t split_k_slices(const GemmCall& g) const;
   // The product as a split-K sum with its epilogue; false when the shape does not call for it.
@@ -123,8 +134,11 @@ class GemmEngine {
   const bool is_gpu_;
   const int compute_units_;
 
-  // Per tile shape (3) x A/B type x C type (f32, f16, bf16 each).
-  TileProgram tile_programs_[3][3][3];
+  // Per tile shape (3, and the tensor-core kernel) x A/B type x C type (f32, f16, bf16 each).
+  TileProgram tile_programs_[4][3][3];
+  // 16-bit products on tensor cores (NVIDIA, compute capability 8.0+, not turned off by
+  // TRIDENT_OPENCL_TENSOR_CORES=0); cleared if the driver refuses the program.
+  mutable TensorCores tensor_cores_ = TensorCores::off;
 
   // CLBlast's scratch for padded GEMMs and the split-K partial products, grown to the largest
   // need and kept (no allocation once a step has run).

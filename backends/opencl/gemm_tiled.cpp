@@ -7,6 +7,7 @@
 
 #include "trident/backends/opencl/gemm_engine.h"
 #include "trident/core/error.h"
+#include "trident/core/log.h"
 
 namespace trident::opencl {
 namespace {
@@ -20,14 +21,20 @@ struct GemmTile {
   size_t m, n, k;
   const char* options;
 };
+// The last entry is the tensor-core kernel (gemm.cl under -DMMA: 16-bit A and B on NVIDIA GPUs of
+// compute capability 8.0+, work-groups of 128), never picked by pick_variant.
 const GemmTile kTiles[] = {
     {32, 32, 32, "-cl-std=CL1.2 -DTS_M=32 -DTS_N=32 -DTS_K=32"},
     {64, 64, 16, "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=16"},
     {128, 128, 8, "-cl-std=CL1.2 -DTS_M=128 -DTS_N=128 -DTS_K=8"},
+    {64, 64, 32, "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=32 -DMMA"},
 };
 const char* const kTileKernelNames[] = {"gemm_tiled (32x32 tiles)", "gemm_tiled (64x64 tiles)",
-                                        "gemm_tiled (128x128 tiles)"};
-constexpr size_t kGemmSide = 16;  // work-groups are 16 x 16 (gemm.cl's GEMM_SIDE)
+                                        "gemm_tiled (128x128 tiles)",
+                                        "gemm_tiled (tensor cores, 64x64 tiles)"};
+constexpr int kMmaVariant = 3;
+constexpr size_t kGemmSide = 16;      // work-groups are 16 x 16 (gemm.cl's GEMM_SIDE)
+constexpr size_t kMmaThreads = 128;   // the tensor-core kernel's work-groups (MMA_THREADS)
 
 size_t groups_for(const GemmTile& tile, const TiledGemm& t) {
   return (t.m + tile.m - 1) / tile.m * ((t.n + tile.n - 1) / tile.n) * t.batch;
@@ -90,6 +97,8 @@ GemmEngine::TileProgram& GemmEngine::tile_program(int variant, DType ab_type, DT
     std::string options = kTiles[variant].options;
     if (index(ab_type)) options += std::string(" -DAB_") + kTypeNames[index(ab_type)];
     if (index(c_type)) options += std::string(" -DC_") + kTypeNames[index(c_type)];
+    if (variant == kMmaVariant && tensor_cores_ == TensorCores::emulated)
+      options += " -DMMA_EMULATE";
     cl_program program = queue_.build_program(
         options, kernel_file_text("storage") + kernel_file_text("gemm"), {"gemm_tiled"});
     cl_int status = CL_SUCCESS;
@@ -102,16 +111,32 @@ GemmEngine::TileProgram& GemmEngine::tile_program(int variant, DType ab_type, DT
   return tp;
 }
 
+bool GemmEngine::tensor_cores_for(const TiledGemm& t) const {
+  if (tensor_cores_ == TensorCores::off || t.ab_type == DType::f32) return false;
+  // The first product of these types builds its program; a driver that refuses the inline PTX
+  // turns the path off for good (the float-arithmetic kernels take over) and says so once.
+  try {
+    const_cast<GemmEngine*>(this)->tile_program(kMmaVariant, t.ab_type, t.c_type);
+    return true;
+  } catch (const std::exception& e) {
+    tensor_cores_ = TensorCores::off;
+    log_warning(queue_.label() + ": tensor cores through inline PTX are off: " + e.what());
+    return false;
+  }
+}
+
 int GemmEngine::tile_variant(const TiledGemm& t) const {
   if (t.k_last != size_t(-1) && t.k_last > t.k) return -1;  // fits_int below checks k
   if (!fits_int(t.m, t.a_rs, t.k, t.a_cs) || !fits_int(t.k, t.b_rs, t.n, t.b_cs) ||
       !fits_int(t.m, t.c_plane ? t.n : t.ldc, t.n, 1) || t.k > size_t(INT_MAX / 2))
     return -1;  // CLBlast takes matrices whose indices need 64 bits
-  const int variant = pick_variant(t, compute_units_, policy_.tile);
+  const int variant =
+      tensor_cores_for(t) ? kMmaVariant : pick_variant(t, compute_units_, policy_.tile);
   const GemmTile& tile = kTiles[variant];
   // NVIDIA maps the NDRange's 2nd and 3rd dimensions to CUDA grid y and z: at most 65535 groups.
   constexpr size_t kMaxGroupsYZ = 65535;
-  if ((t.n + tile.n - 1) / tile.n * kGemmSide > UINT_MAX ||
+  const size_t side = variant == kMmaVariant ? kMmaThreads : kGemmSide;
+  if ((t.n + tile.n - 1) / tile.n * side > UINT_MAX ||
       (t.m + tile.m - 1) / tile.m > kMaxGroupsYZ || t.batch > kMaxGroupsYZ)
     return -1;
   return variant;
@@ -126,13 +151,14 @@ bool GemmEngine::tiled(const TiledGemm& t) {
   const int variant = tile_variant(t);
   if (variant < 0) return false;
   const GemmTile& tile = kTiles[variant];
+  const bool mma = variant == kMmaVariant;
   LaunchRange range;
   range.dims = 3;
-  range.global[0] = (t.n + tile.n - 1) / tile.n * kGemmSide;
-  range.global[1] = (t.m + tile.m - 1) / tile.m * kGemmSide;
+  range.global[0] = (t.n + tile.n - 1) / tile.n * (mma ? kMmaThreads : kGemmSide);
+  range.global[1] = (t.m + tile.m - 1) / tile.m * (mma ? 1 : kGemmSide);
   range.global[2] = t.batch;
-  range.local[0] = kGemmSide;
-  range.local[1] = kGemmSide;
+  range.local[0] = mma ? kMmaThreads : kGemmSide;
+  range.local[1] = mma ? 1 : kGemmSide;
   range.local[2] = 1;
   const TileProgram& program = tile_program(variant, t.ab_type, t.c_type);  // built on first use
   const bool has_bias = t.bias && t.bias_kind != 0;

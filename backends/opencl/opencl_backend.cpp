@@ -9,6 +9,7 @@
 
 #include "trident/backends/opencl/cl_errors.h"
 #include "trident/backends/opencl/cl_info.h"
+#include "trident/backends/opencl/gemm_engine.h"
 #include "trident/backends/opencl/opencl_device.h"
 #include "trident/core/registry.h"
 
@@ -133,6 +134,10 @@ class OpenClBackend final : public Backend {
     const bool fp16 =
         device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp16") != std::string::npos;
     info.detail += fp16 ? "; cl_khr_fp16" : "; no cl_khr_fp16";
+    if (opencl::opencl_tensor_cores(id) == opencl::TensorCores::ptx)
+      info.detail += "; bf16/fp16 GEMMs on tensor cores (inline PTX mma, compute capability " +
+                     std::to_string(opencl::nvidia_compute_capability(id) / 10) + "." +
+                     std::to_string(opencl::nvidia_compute_capability(id) % 10) + ")";
     info.memory_bytes = opencl::device_value<cl_ulong>(id, CL_DEVICE_GLOBAL_MEM_SIZE);
     info.compute_units =
         static_cast<int>(opencl::device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));

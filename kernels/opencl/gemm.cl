@@ -3,6 +3,8 @@
 //   storage.cl): the own tiled GEMM with a fused bias and ReLU epilogue, gemm_tiled; A and B are
 //   float32, float16 or bfloat16 (-DAB_F16, -DAB_BF16), C float32 or 16-bit (-DC_F16, -DC_BF16),
 //   and it always multiplies and accumulates in float;
+//   With -DMMA (and 16-bit A and B) the same kernel multiplies on NVIDIA tensor cores through
+//   inline PTX (-DMMA_EMULATE: the same fragments multiplied in float, for tests elsewhere);
 // - without TS_M, as part of the main program (after elementwise.cl, whose unary_apply they use):
 //   the epilogue kernels for products computed elsewhere, gemm_epilogue (after CLBlast, or any
 //   activation other than ReLU after gemm_tiled) and split_k_sum (the end of a split-K product),
@@ -45,6 +47,166 @@ typedef float c_t;
 // c_plane > 0 stores C[r, j] at c[(j / c_plane) * M * c_plane + r * c_plane + j % c_plane]: a
 // convolution's [OC, N*OH*OW] product written straight into its NCHW output (ldc unused).
 // Indices inside one matrix are int: the host only calls this when they fit in 31 bits.
+
+#ifdef MMA
+// The same product on NVIDIA tensor cores (compute capability 8.0+, A and B 16-bit: -DAB_F16 or
+// -DAB_BF16), through inline PTX: NVIDIA's OpenCL compiler passes asm() to its PTX back end,
+// and mma.sync needs no half type, only 32-bit registers that each hold two 16-bit values.
+// A work-group of 4 warps computes a 64 x 64 tile of C, warp w the 32 x 32 quarter
+// (w / 2, w % 2): 2 x 4 mma.m16n8k16 tiles, float accumulators. K advances 32 at a time through
+// local memory, where both operands are kept K-contiguous as pairs (the layout the MMA
+// fragments read: As[i][q] = op(A)[i, 2q] | op(A)[i, 2q+1] << 16, Bs[j][q] likewise down a
+// column of op(B)); rows are padded by 4 words so that a fragment's 32 loads hit 32 banks.
+// Fragment layout (PTX ISA, mma.m16n8k16 with .f16/.bf16): lane = 4 g + t; A registers hold
+// rows g and g + 8, K pairs t and t + 4; B registers column g, K pairs t and t + 4; the four
+// results are rows g and g + 8, columns 2t and 2t + 1.
+#if defined(AB_BF16)
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+#define MMA_TILE 64
+#define MMA_PAIRS 16               // K pairs per slice (32 values)
+#define MMA_ROW (MMA_PAIRS + 4)    // words per local row
+#define MMA_THREADS 128
+
+#ifdef MMA_EMULATE
+// Tests on devices without tensor cores (TRIDENT_OPENCL_TENSOR_CORES=emulate): each mma.m16n8k16
+// done by its warp's 32 work-items exchanging their fragments through local memory, products in
+// float, so that PoCL checks this kernel's tiling, fragment layout and epilogue. Slow.
+inline float mma_value(uint bits) {
+#if defined(AB_BF16)
+  return as_float(bits << 16);
+#else
+  const ushort h = (ushort)bits;
+  return vload_half(0, &h);
+#endif
+}
+inline void mma_16816(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
+                      __local uint* xa, __local uint* xb) {
+  const int tid = get_local_id(0), lane = tid & 31, base = tid - lane;
+  const int g = lane >> 2, t = lane & 3;
+  xa[tid * 4] = a0, xa[tid * 4 + 1] = a1, xa[tid * 4 + 2] = a2, xa[tid * 4 + 3] = a3;
+  xb[tid * 2] = b0, xb[tid * 2 + 1] = b1;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + (r >> 1) * 8, col = 2 * t + (r & 1);
+    float sum = d[r];
+    for (int kk = 0; kk < 16; ++kk) {
+      // A(row, kk): lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8);
+      // B(kk, col): lane 4 col + (kk % 8) / 2, register (kk >= 8); the half: kk % 2.
+      const uint wa = xa[(base + 4 * (row & 7) + ((kk & 7) >> 1)) * 4 + (row >> 3) + 2 * (kk >> 3)];
+      const uint wb = xb[(base + 4 * col + ((kk & 7) >> 1)) * 2 + (kk >> 3)];
+      sum += mma_value((kk & 1) ? wa >> 16 : wa & 0xffffu) *
+             mma_value((kk & 1) ? wb >> 16 : wb & 0xffffu);
+    }
+    d[r] = sum;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define MMA_CALL(d, a0, a1, a2, a3, b0, b1) mma_16816(d, a0, a1, a2, a3, b0, b1, xa, xb)
+#else
+inline void mma_16816(float* d, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+  float e0, e1, e2, e3;
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+               : "=f"(e0), "=f"(e1), "=f"(e2), "=f"(e3)
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]),
+                 "f"(d[2]), "f"(d[3]));
+  d[0] = e0, d[1] = e1, d[2] = e2, d[3] = e3;
+}
+#define MMA_CALL(d, a0, a1, a2, a3, b0, b1) mma_16816(d, a0, a1, a2, a3, b0, b1)
+#endif
+
+__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1)))
+void gemm_tiled(uint m, uint n, uint k, uint k_last,
+                __global const ab_t* a, ulong a_off, int a_rs, int a_cs, ulong a_batch,
+                __global const ab_t* b, ulong b_off, int b_rs, int b_cs, ulong b_batch,
+                __global c_t* c, ulong c_off, int ldc, uint c_plane, ulong c_batch,
+                float alpha, float beta,
+                __global const float* bias, ulong bias_off, int bias_kind, int relu) {
+  __local uint As[MMA_TILE * MMA_ROW];
+  __local uint Bs[MMA_TILE * MMA_ROW];
+#ifdef MMA_EMULATE
+  __local uint xa[MMA_THREADS * 4], xb[MMA_THREADS * 2];
+#endif
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  const int row0 = get_group_id(1) * MMA_TILE, col0 = get_group_id(0) * MMA_TILE;
+  const ulong batch = get_group_id(2);
+  a += a_off + batch * a_batch;
+  b += b_off + batch * b_batch;
+  c += c_off + batch * c_batch;
+  const int M = m, N = n, K = batch + 1 == get_num_groups(2) ? k_last : k;
+  const bool a_along_k = a_cs == 1, b_along_n = b_cs == 1;
+  float acc[2][4][4];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+  for (int p0 = 0; p0 < K; p0 += 2 * MMA_PAIRS) {
+    // 64 rows x 16 pairs of each operand, 8 pairs a work-item, neighbours along the operand's
+    // contiguous axis; past the edges, zeros.
+    for (int l = 0; l < MMA_TILE * MMA_PAIRS / MMA_THREADS; ++l) {
+      const int e = tid + l * MMA_THREADS;
+      const int i = a_along_k ? e / MMA_PAIRS : e % MMA_TILE;
+      const int q = a_along_k ? e % MMA_PAIRS : e / MMA_TILE;
+      const int gi = row0 + i, gp = p0 + 2 * q;
+      uint lo = 0, hi = 0;
+      if (gi < M && gp < K) lo = a[gi * a_rs + gp * a_cs];
+      if (gi < M && gp + 1 < K) hi = a[gi * a_rs + (gp + 1) * a_cs];
+      As[i * MMA_ROW + q] = lo | hi << 16;
+    }
+    for (int l = 0; l < MMA_TILE * MMA_PAIRS / MMA_THREADS; ++l) {
+      const int e = tid + l * MMA_THREADS;
+      const int j = b_along_n ? e % MMA_TILE : e / MMA_PAIRS;
+      const int q = b_along_n ? e / MMA_TILE : e % MMA_PAIRS;
+      const int gj = col0 + j, gp = p0 + 2 * q;
+      uint lo = 0, hi = 0;
+      if (gj < N && gp < K) lo = b[gp * b_rs + gj * b_cs];
+      if (gj < N && gp + 1 < K) hi = b[(gp + 1) * b_rs + gj * b_cs];
+      Bs[j * MMA_ROW + q] = lo | hi << 16;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int qb = 0; qb < MMA_PAIRS; qb += 8) {  // two k16 steps
+      uint af[2][4], bf[4][2];
+      for (int mi = 0; mi < 2; ++mi) {
+        const int r = (wm + mi * 16 + g) * MMA_ROW + qb + t;
+        af[mi][0] = As[r];
+        af[mi][1] = As[r + 8 * MMA_ROW];
+        af[mi][2] = As[r + 4];
+        af[mi][3] = As[r + 8 * MMA_ROW + 4];
+      }
+      for (int ni = 0; ni < 4; ++ni) {
+        const int r = (wn + ni * 8 + g) * MMA_ROW + qb + t;
+        bf[ni][0] = Bs[r];
+        bf[ni][1] = Bs[r + 4];
+      }
+      for (int mi = 0; mi < 2; ++mi)
+        for (int ni = 0; ni < 4; ++ni)
+          MMA_CALL(acc[mi][ni], af[mi][0], af[mi][1], af[mi][2], af[mi][3], bf[ni][0],
+                   bf[ni][1]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  // Epilogue, as gemm_tiled's: alpha, beta C (beta == 0 never reads C), bias, ReLU.
+  for (int mi = 0; mi < 2; ++mi)
+    for (int ni = 0; ni < 4; ++ni)
+      for (int r = 0; r < 4; ++r) {
+        const int gi = row0 + wm + mi * 16 + g + (r >> 1) * 8;
+        const int gj = col0 + wn + ni * 8 + 2 * t + (r & 1);
+        if (gi >= M || gj >= N) continue;
+        const int at = c_plane == 0 ? gi * ldc + gj
+                                    : (gj / c_plane) * M * c_plane + gi * c_plane + gj % c_plane;
+        float v = alpha * acc[mi][ni][r];
+        if (beta != 0.0f) v += beta * LOAD_C(c, at);
+        if (bias_kind == 1) v += bias[bias_off + gj];
+        else if (bias_kind == 2) v += bias[bias_off + gi];
+        STORE_C(c, at, relu && v < 0.0f ? 0.0f : v);  // NaN kept, as UnaryOp::relu
+      }
+}
+
+#else  // the float-arithmetic tiled kernel
 
 #define GEMM_SIDE 16
 #define GEMM_THREADS (GEMM_SIDE * GEMM_SIDE)
@@ -169,6 +331,8 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
     }
   }
 }
+
+#endif  // MMA
 
 #else  // the main program's epilogue kernels
 
