@@ -85,11 +85,13 @@ tsan_build() {
     -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_BUILD_BENCH=OFF
   cmake --build build/ci-tsan -j "$jobs" --target trident_tests
 }
-TSAN_TAGS=${TSAN_TAGS:-'[data-parallel],[collective],[registry],[log],[allocator],[overlap],[split],[teardown],[timeout]'}
+# The threaded tests, less the conformance cases that train models on every device (one of them
+# alone ran past 25 minutes under TSan on 2 cores).
+TSAN_TAGS=${TSAN_TAGS:-'[data-parallel]~[conformance],[collective]~[conformance],[registry],[log],[allocator],[overlap]~[conformance],[split]~[conformance],[teardown],[timeout]'}
 tsan_run() {
   env TRIDENT_CPU_DEVICES=4 TRIDENT_NUM_THREADS=4 \
     TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
-    timeout 1200 build/ci-tsan/tests/trident_tests "$TSAN_TAGS"
+    timeout 3600 build/ci-tsan/tests/trident_tests "$TSAN_TAGS"
 }
 
 for step in "${steps[@]}"; do
