@@ -124,31 +124,25 @@ void gemm_bf16(const GemmArgs& g, void* c, bool c_bf16, int64_t ldc,
 }
 
 // do_gemm_fused for bfloat16 A and B. A bfloat16 C with an activation other than ReLU is
-// computed in float32 rows first, so that it is rounded once, after the activation.
-void gemm_fused_bf16(const GemmArgs& g) {
+// computed into float32 rows first (`rows`: m x n scratch, else null), so that it is rounded
+// once, after the activation.
+void gemm_fused_bf16(const GemmArgs& g, float* rows) {
   const bool relu = g.activation == UnaryOp::relu;
-  const bool other = !relu && g.activation != UnaryOp::identity;
   const bool c_bf16 = g.c.dtype() == DType::bf16;
   const cpu::GemmEpilogue epilogue{at(g.bias), cpu_bias_kind(g.bias_kind), relu};
-  if (!other) return gemm_bf16(g, at<void>(g.c), c_bf16, g.ldc, epilogue);
-  std::vector<float> rows;
-  float* c = at(g.c);
-  int64_t ldc = g.ldc;
-  if (c_bf16) {
-    rows.resize(size_t(g.m * g.n));
-    c = rows.data(), ldc = g.n;
-    if (g.beta != 0.0f)
-      for (int64_t r = 0; r < g.m; ++r)
-        for (int64_t j = 0; j < g.n; ++j)
-          rows[size_t(r * g.n + j)] = bf16_to_float(at<uint16_t>(g.c)[r * g.ldc + j]);
-  }
-  gemm_bf16(g, c, false, ldc, epilogue);
-  for (int64_t r = 0; r < g.m; ++r)
-    cpu::unary_forward(g.activation, c + r * ldc, c + r * ldc, g.n, g.activation_alpha);
-  if (c_bf16)
+  if (relu || g.activation == UnaryOp::identity)
+    return gemm_bf16(g, at<void>(g.c), c_bf16, g.ldc, epilogue);
+  float* c = c_bf16 ? rows : at(g.c);
+  const int64_t ldc = c_bf16 ? g.n : g.ldc;
+  auto c_row = [&](int64_t r) { return at<uint16_t>(g.c) + r * g.ldc; };
+  if (c_bf16 && g.beta != 0.0f)
     for (int64_t r = 0; r < g.m; ++r)
-      for (int64_t j = 0; j < g.n; ++j)
-        at<uint16_t>(g.c)[r * g.ldc + j] = float_to_bf16(rows[size_t(r * g.n + j)]);
+      cpu::convert(c_row(r), DType::bf16, c + r * ldc, DType::f32, g.n);
+  gemm_bf16(g, c, false, ldc, epilogue);
+  for (int64_t r = 0; r < g.m; ++r) {
+    cpu::unary_forward(g.activation, c + r * ldc, c + r * ldc, g.n, g.activation_alpha);
+    if (c_bf16) cpu::convert(c + r * ldc, DType::f32, c_row(r), DType::bf16, g.n);
+  }
 }
 
 }  // namespace
@@ -165,7 +159,14 @@ void CpuDevice::do_gemm(const GemmArgs& g) {
 // Bias and ReLU ride in the SGEMM's store; other activations take one pass over C afterwards.
 void CpuDevice::do_gemm_fused(const GemmArgs& g) {
   const bool relu = g.activation == UnaryOp::relu;
-  if (g.a.dtype() == DType::bf16) return run([&] { gemm_fused_bf16(g); });
+  if (g.a.dtype() == DType::bf16) {
+    const bool rounded_after = g.c.dtype() == DType::bf16 && !relu &&
+                               g.activation != UnaryOp::identity;
+    const size_t mark = scratch_mark();
+    float* rows = rounded_after ? at(scratch(DType::f32, {g.m, g.n})) : nullptr;
+    run([&] { gemm_fused_bf16(g, rows); });
+    return release_scratch(mark);
+  }
   run([&] {
     cpu::sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, at(g.a), g.lda, at(g.b), g.ldb,
                g.beta, at(g.c), g.ldc,

@@ -134,10 +134,11 @@ class OpenClBackend final : public Backend {
     const bool fp16 =
         device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp16") != std::string::npos;
     info.detail += fp16 ? "; cl_khr_fp16" : "; no cl_khr_fp16";
-    if (opencl::opencl_tensor_cores(id) == opencl::TensorCores::ptx)
+    if (opencl::opencl_tensor_cores(id) == opencl::TensorCores::ptx) {
+      const int cc = opencl::nvidia_compute_capability(id);
       info.detail += "; bf16/fp16 GEMMs on tensor cores (inline PTX mma, compute capability " +
-                     std::to_string(opencl::nvidia_compute_capability(id) / 10) + "." +
-                     std::to_string(opencl::nvidia_compute_capability(id) % 10) + ")";
+                     std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ")";
+    }
     info.memory_bytes = opencl::device_value<cl_ulong>(id, CL_DEVICE_GLOBAL_MEM_SIZE);
     info.compute_units =
         static_cast<int>(opencl::device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));

@@ -34,38 +34,23 @@ namespace {
 constexpr int kMR = 12, kNR = 32;
 using Tile = float[kMR][kNR];
 
-void pack_a_strip(bool trans_a, const uint16_t* A, int64_t lda, int64_t M, int64_t K,
-                  int64_t row0, int64_t pairs, uint32_t* dst) {
-  const int rows = int(std::min<int64_t>(kMR, M - row0));
+// Packs `width` lines of an operand from line0 on (rows of op(A), or columns of op(B)) into
+// words [pairs][width]: element (line, p) is x[line * line_stride + p * k_stride]; lines past
+// `lines` and an odd K's last high half are zero.
+void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_t lines,
+                int64_t K, int64_t line0, int width, int64_t pairs, uint32_t* dst) {
+  const int valid = int(std::min<int64_t>(width, lines - line0));
   for (int64_t q = 0; q < pairs; ++q) {
     const int64_t p0 = 2 * q, p1 = 2 * q + 1;
-    uint32_t* out = dst + q * kMR;
-    for (int i = 0; i < kMR; ++i) {
+    uint32_t* out = dst + q * width;
+    for (int i = 0; i < width; ++i) {
       uint32_t lo = 0, hi = 0;
-      if (i < rows) {
-        const int64_t r = row0 + i;
-        lo = trans_a ? A[p0 * lda + r] : A[r * lda + p0];
-        if (p1 < K) hi = trans_a ? A[p1 * lda + r] : A[r * lda + p1];
+      if (i < valid) {
+        const uint16_t* line = x + (line0 + i) * line_stride;
+        lo = line[p0 * k_stride];
+        if (p1 < K) hi = line[p1 * k_stride];
       }
       out[i] = lo | hi << 16;
-    }
-  }
-}
-
-void pack_b_panel(bool trans_b, const uint16_t* B, int64_t ldb, int64_t N, int64_t K,
-                  int64_t col0, int64_t pairs, uint32_t* dst) {
-  const int cols = int(std::min<int64_t>(kNR, N - col0));
-  for (int64_t q = 0; q < pairs; ++q) {
-    const int64_t p0 = 2 * q, p1 = 2 * q + 1;
-    uint32_t* out = dst + q * kNR;
-    for (int j = 0; j < kNR; ++j) {
-      uint32_t lo = 0, hi = 0;
-      if (j < cols) {
-        const int64_t c = col0 + j;
-        lo = trans_b ? B[c * ldb + p0] : B[p0 * ldb + c];
-        if (p1 < K) hi = trans_b ? B[c * ldb + p1] : B[p1 * ldb + c];
-      }
-      out[j] = lo | hi << 16;
     }
   }
 }
@@ -165,12 +150,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, strips + panels),
                     [&](const tbb::blocked_range<int64_t>& r) {
                       for (int64_t t = r.begin(); t != r.end(); ++t) {
-                        if (t < strips)
-                          pack_a_strip(trans_a, A, lda, M, K, t * kMR, pairs,
-                                       packed_a + t * strip_words);
-                        else
-                          pack_b_panel(trans_b, B, ldb, N, K, (t - strips) * kNR, pairs,
-                                       packed_b + (t - strips) * panel_words);
+                        if (t < strips)  // rows of op(A): A[i, p] or A[p, i]
+                          pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR,
+                                     kMR, pairs, packed_a + t * strip_words);
+                        else  // columns of op(B): B[p, j] or B[j, p]
+                          pack_pairs(B, trans_b ? ldb : 1, trans_b ? 1 : ldb, N, K,
+                                     (t - strips) * kNR, kNR, pairs,
+                                     packed_b + (t - strips) * panel_words);
                       }
                     });
   const Store store{alpha, beta, C, c_bf16, ldc, epilogue};

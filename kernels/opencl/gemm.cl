@@ -48,6 +48,21 @@ typedef float c_t;
 // convolution's [OC, N*OH*OW] product written straight into its NCHW output (ldc unused).
 // Indices inside one matrix are int: the host only calls this when they fit in 31 bits.
 
+// The epilogue of both GEMM kernels for C[gi, gj] (inside C): alpha acc, + beta C (beta == 0
+// never reads C), + the bias, ReLU (NaN kept, as UnaryOp::relu). c_plane > 0: C is a
+// convolution's NCHW output (see gemm_tiled below).
+inline void store_c(__global c_t* c, int M, int ldc, uint c_plane, int gi, int gj, float acc,
+                    float alpha, float beta, __global const float* bias, ulong bias_off,
+                    int bias_kind, int relu) {
+  const int at = c_plane == 0 ? gi * ldc + gj
+                              : (gj / c_plane) * M * c_plane + gi * c_plane + gj % c_plane;
+  float v = alpha * acc;
+  if (beta != 0.0f) v += beta * LOAD_C(c, at);
+  if (bias_kind == 1) v += bias[bias_off + gj];
+  else if (bias_kind == 2) v += bias[bias_off + gi];
+  STORE_C(c, at, relu && v < 0.0f ? 0.0f : v);
+}
+
 #ifdef MMA
 // The same product on NVIDIA tensor cores (compute capability 8.0+, A and B 16-bit: -DAB_F16 or
 // -DAB_BF16), through inline PTX: NVIDIA's OpenCL compiler passes asm() to its PTX back end,
@@ -189,20 +204,14 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  // Epilogue, as gemm_tiled's: alpha, beta C (beta == 0 never reads C), bias, ReLU.
   for (int mi = 0; mi < 2; ++mi)
     for (int ni = 0; ni < 4; ++ni)
       for (int r = 0; r < 4; ++r) {
         const int gi = row0 + wm + mi * 16 + g + (r >> 1) * 8;
         const int gj = col0 + wn + ni * 8 + 2 * t + (r & 1);
-        if (gi >= M || gj >= N) continue;
-        const int at = c_plane == 0 ? gi * ldc + gj
-                                    : (gj / c_plane) * M * c_plane + gi * c_plane + gj % c_plane;
-        float v = alpha * acc[mi][ni][r];
-        if (beta != 0.0f) v += beta * LOAD_C(c, at);
-        if (bias_kind == 1) v += bias[bias_off + gj];
-        else if (bias_kind == 2) v += bias[bias_off + gi];
-        STORE_C(c, at, relu && v < 0.0f ? 0.0f : v);  // NaN kept, as UnaryOp::relu
+        if (gi < M && gj < N)
+          store_c(c, M, ldc, c_plane, gi, gj, acc[mi][ni][r], alpha, beta, bias, bias_off,
+                  bias_kind, relu);
       }
 }
 
@@ -312,7 +321,6 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
 #undef LOAD_A
 #undef LOAD_B
 
-  // Epilogue: alpha, beta C (beta == 0 never reads C), bias, ReLU.
 #pragma unroll
   for (int i = 0; i < WPT_M; ++i) {
     const int gi = row0 + ty * WPT_M + i;
@@ -321,13 +329,8 @@ void gemm_tiled(uint m, uint n, uint k, uint k_last,
     for (int j = 0; j < WPT_N; ++j) {
       const int gj = col0 + tx + j * GEMM_SIDE;
       if (gj >= N) break;
-      const int at = c_plane == 0 ? gi * ldc + gj
-                                  : (gj / c_plane) * M * c_plane + gi * c_plane + gj % c_plane;
-      float v = alpha * acc[i][j];
-      if (beta != 0.0f) v += beta * LOAD_C(c, at);
-      if (bias_kind == 1) v += bias[bias_off + gj];
-      else if (bias_kind == 2) v += bias[bias_off + gi];
-      STORE_C(c, at, relu && v < 0.0f ? 0.0f : v);  // NaN kept, as UnaryOp::relu
+      store_c(c, M, ldc, c_plane, gi, gj, acc[i][j], alpha, beta, bias, bias_off, bias_kind,
+              relu);
     }
   }
 }
