@@ -76,6 +76,8 @@ class CublasGemm {
     size_t workspace_bytes = 0;
   };
   const Plan& plan(const PlanKey& key, const void* bias);
+  // gemm's cuBLAS call.
+  void launch(const GemmCall& g);
   // The compute type of a product of these operands.
   cublasComputeType_t compute_type(DType ab_type, bool tf32) const;
 
