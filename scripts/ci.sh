@@ -82,7 +82,8 @@ asan_suite() {  # the suite's own CLI tests run build/ci-asan/trident, instrumen
 tsan_build() {
   cmake -S . -B build/ci-tsan "${generator[@]}" "${launchers[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DTRIDENT_SANITIZE=thread -DTRIDENT_WITH_CUDA=OFF \
-    -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_BUILD_BENCH=OFF
+    -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_BUILD_BENCH=OFF \
+    -DTRIDENT_SANITIZE_KERNEL_FLAGS="-O2;-fno-sanitize=thread"
   cmake --build build/ci-tsan -j "$jobs" --target trident_tests
 }
 # The threaded tests, less the conformance cases that train models on every device (one of them
