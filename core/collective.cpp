@@ -36,14 +36,15 @@ class HostStaged : public Collective {
     const size_t n = static_cast<size_t>(count);
     staging_.resize(devices_.size());
     // Each device's copy waits for its own queue; run them side by side.
-    tsan_release(&staging_);  // (oneTBB's hand-offs, made visible to ThreadSanitizer)
-    tbb::parallel_for(size_t(0), devices_.size(), [&](size_t i) {
-      tsan_acquire(&staging_);
-      staging_[i].resize(n);
-      devices_[i]->copy_to_host(staging_[i].data(), buffers[i], n * sizeof(float));
-      tsan_release(&staging_);
-    });
-    tsan_acquire(&staging_);
+    {
+      TsanForkJoin edges;
+      tbb::parallel_for(size_t(0), devices_.size(), [&](size_t i) {
+        edges.enter();
+        staging_[i].resize(n);
+        devices_[i]->copy_to_host(staging_[i].data(), buffers[i], n * sizeof(float));
+        edges.leave();
+      });
+    }
     std::vector<float>& sum = staging_[0];
     for (size_t d = 1; d < devices_.size(); ++d)
       for (size_t k = 0; k < n; ++k) sum[k] += staging_[d][k];

@@ -1,11 +1,20 @@
 // Happens-before edges that ThreadSanitizer cannot see on its own: oneTBB (Debian's build) is not
-// instrumented, so the join at the end of a tbb::parallel_for looks like no synchronisation at
-// all. A body that hands data to the caller calls tsan_release(&x) last, the caller
-// tsan_acquire(&x) after the loop (and the reverse for what the caller hands to the bodies).
-// Both are no-ops outside a TSan build.
+// instrumented, so the fork and the join of a tbb::parallel_for (or a task_arena::execute that
+// runs on another thread) look like no synchronisation at all, and every buffer the caller and
+// the bodies share is reported as a race. TsanForkJoin makes both edges visible:
+//
+//   TsanForkJoin edges;                       // the caller's writes so far happen before...
+//   tbb::parallel_for(range, [&](auto r) {
+//     edges.enter();                          // ...each body, and each body...
+//     body(r);
+//     edges.leave();
+//   });                                       // ...before what the caller does after the loop
+//
+// Empty outside a TSan build. The CPU kernels, which a TSan build compiles uninstrumented (their
+// memcpy and allocations are still seen), get TRIDENT_TSAN_ANNOTATIONS defined instead.
 #pragma once
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || defined(TRIDENT_TSAN_ANNOTATIONS)
 #define TRIDENT_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -20,16 +29,20 @@ extern "C" void __tsan_release(void* addr);
 
 namespace trident {
 
-inline void tsan_release([[maybe_unused]] void* addr) {
+class TsanForkJoin {
+ public:
 #ifdef TRIDENT_TSAN
-  __tsan_release(addr);
-#endif
-}
+  TsanForkJoin() { __tsan_release(&token_); }
+  ~TsanForkJoin() { __tsan_acquire(&token_); }
+  void enter() { __tsan_acquire(&token_); }
+  void leave() { __tsan_release(&token_); }
 
-inline void tsan_acquire([[maybe_unused]] void* addr) {
-#ifdef TRIDENT_TSAN
-  __tsan_acquire(addr);
+ private:
+  char token_ = 0;
+#else
+  void enter() {}
+  void leave() {}
 #endif
-}
+};
 
 }  // namespace trident

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "trident/core/device.h"
+#include "trident/core/thread_annotations.h"
 
 namespace trident {
 
@@ -99,10 +100,16 @@ class CpuDevice : public Device {
                       const Tensor& step_state) override;
 
  private:
-  // Runs f inside this device's arena, so the kernels' tbb::parallel_for use its threads only.
+  // Runs f inside this device's arena, so the kernels' tbb::parallel_for use its threads only
+  // (on the calling thread, or on one of the arena's when its slots are taken).
   template <class F>
   void run(const F& f) {
-    arena_.execute(f);
+    TsanForkJoin edges;
+    arena_.execute([&] {
+      edges.enter();
+      f();
+      edges.leave();
+    });
   }
 
   DeviceInfo info_;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <new>
 
+#include "trident/core/thread_annotations.h"
+
 namespace trident::cpu {
 namespace detail {
 namespace {
@@ -246,8 +248,11 @@ void pack_slice(const Problem& P, const Slice& S, bool parallel) {
     for (int64_t it = 0; it < items; ++it) item(it);
     return;
   }
+  TsanForkJoin edges;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, 1), [&](const tbb::blocked_range<int64_t>& r) {
+    edges.enter();
     for (int64_t it = r.begin(); it != r.end(); ++it) item(it);
+    edges.leave();
   });
 }
 
@@ -273,8 +278,11 @@ void compute_slice(const Problem& P, const Slice& S, int T) {
     compute_region(P, S, i * rm, std::min(S.Ms, (i + 1) * rm), j * rn, std::min(S.Ns, (j + 1) * rn));
   };
   if (T == 1) return region(0);
+  TsanForkJoin edges;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, T, 1), [&](const tbb::blocked_range<int64_t>& r) {
+    edges.enter();
     for (int64_t i = r.begin(); i != r.end(); ++i) region(i);
+    edges.leave();
   }, tbb::simple_partitioner());
 }
 

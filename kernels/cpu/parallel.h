@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "trident/core/thread_annotations.h"
+
 namespace trident::cpu {
 
 // Runs body(begin, end) over [0, n) in pieces of about `grain` items; serial when n <= grain, so
@@ -16,8 +18,12 @@ template <class Body>
 void parallel_ranges(int64_t n, int64_t grain, const Body& body) {
   if (n <= 0) return;
   if (n <= grain) return body(int64_t(0), n);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+  TsanForkJoin edges;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& r) {
+    edges.enter();
+    body(r.begin(), r.end());
+    edges.leave();
+  });
 }
 
 // Splits [0, n) into `parts` contiguous pieces, piece t to one task: body(t, begin, end). The
@@ -27,8 +33,11 @@ void parallel_pieces(int parts, int64_t n, const Body& body) {
   parts = int(std::max<int64_t>(1, std::min<int64_t>(parts, n)));
   auto piece = [&](int t) { body(t, n * t / parts, n * (t + 1) / parts); };
   if (parts == 1) return piece(0);
+  TsanForkJoin edges;
   tbb::parallel_for(tbb::blocked_range<int>(0, parts, 1), [&](const tbb::blocked_range<int>& r) {
+    edges.enter();
     for (int t = r.begin(); t != r.end(); ++t) piece(t);
+    edges.leave();
   }, tbb::simple_partitioner());
 }
 
