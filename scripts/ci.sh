@@ -83,7 +83,7 @@ tsan_build() {
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DTRIDENT_SANITIZE=thread -DTRIDENT_WITH_CUDA=OFF \
     -DTRIDENT_WITH_OPENCL=OFF -DTRIDENT_BUILD_BENCH=OFF \
     -DTRIDENT_SANITIZE_KERNEL_FLAGS="-O2;-fno-sanitize=thread;-DTRIDENT_TSAN_ANNOTATIONS"
-  cmake --build build/ci-tsan -j "$jobs" --target trident_tests
+  cmake --build build/ci-tsan -j "$jobs" --target trident_tests trident  # (a test runs the CLI)
 }
 # The threaded tests, the conformance training cases on four CPU devices included.
 TSAN_TAGS=${TSAN_TAGS:-'[data-parallel],[collective],[registry],[log],[allocator],[overlap],[split],[teardown],[timeout]'}

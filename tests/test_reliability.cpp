@@ -133,6 +133,9 @@ TEST_CASE("reliability 2: --train-limit bounds memory by the samples used, not b
   std::filesystem::remove(dir.file("train-labels-idx1-ubyte"));
   write_bytes(dir.file("train-images-idx3-ubyte.gz"), file);
   write_bytes(dir.file("train-labels-idx1-ubyte"), idx_bytes({images}, Bytes(images, 3)));
+  // The CLI runs as a child process here (its peak memory is what is measured).
+  INFO("the CLI binary: " TRIDENT_BINARY_DIR "/trident (build the trident target with the tests)");
+  REQUIRE(std::filesystem::is_regular_file(TRIDENT_BINARY_DIR "/trident"));
   const ChildResult run = run_child(TRIDENT_BINARY_DIR "/trident",
                                     quick_train(dir.path.string(), {"--train-limit", "200", "--epochs", "1"}),
                                     {"TRIDENT_BACKEND=cpu"});
