@@ -38,12 +38,10 @@ class HostStaged : public Collective {
     // Each device's copy waits for its own queue; run them side by side.
     {
       TsanForkJoin edges;
-      tbb::parallel_for(size_t(0), devices_.size(), [&](size_t i) {
-        edges.enter();
+      tbb::parallel_for(size_t(0), devices_.size(), edges.around([&](size_t i) {
         staging_[i].resize(n);
         devices_[i]->copy_to_host(staging_[i].data(), buffers[i], n * sizeof(float));
-        edges.leave();
-      });
+      }));
     }
     std::vector<float>& sum = staging_[0];
     for (size_t d = 1; d < devices_.size(); ++d)

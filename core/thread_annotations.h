@@ -3,16 +3,15 @@
 // runs on another thread) look like no synchronisation at all, and every buffer the caller and
 // the bodies share is reported as a race. TsanForkJoin makes both edges visible:
 //
-//   TsanForkJoin edges;                       // the caller's writes so far happen before...
-//   tbb::parallel_for(range, [&](auto r) {
-//     edges.enter();                          // ...each body, and each body...
-//     body(r);
-//     edges.leave();
-//   });                                       // ...before what the caller does after the loop
+//   TsanForkJoin edges;                      // the caller's writes so far happen before each
+//   tbb::parallel_for(range, edges.around(body));  // body, and each body before what the
+//                                            // caller does after the loop
 //
 // Empty outside a TSan build. The CPU kernels, which a TSan build compiles uninstrumented (their
 // memcpy and allocations are still seen), get TRIDENT_TSAN_ANNOTATIONS defined instead.
 #pragma once
+
+#include <utility>
 
 #if defined(__SANITIZE_THREAD__) || defined(TRIDENT_TSAN_ANNOTATIONS)
 #define TRIDENT_TSAN 1
@@ -31,6 +30,17 @@ namespace trident {
 
 class TsanForkJoin {
  public:
+  // body wrapped in enter() and leave(), in the form a parallel loop takes; body must outlive
+  // the loop (a temporary in the loop's own call does).
+  template <class Body>
+  auto around(const Body& body) {
+    return [this, &body](auto&&... args) {
+      enter();
+      body(std::forward<decltype(args)>(args)...);
+      leave();
+    };
+  }
+
 #ifdef TRIDENT_TSAN
   TsanForkJoin() { __tsan_release(&token_); }
   ~TsanForkJoin() { __tsan_acquire(&token_); }

@@ -105,11 +105,7 @@ class CpuDevice : public Device {
   template <class F>
   void run(const F& f) {
     TsanForkJoin edges;
-    arena_.execute([&] {
-      edges.enter();
-      f();
-      edges.leave();
-    });
+    arena_.execute(edges.around(f));
   }
 
   DeviceInfo info_;

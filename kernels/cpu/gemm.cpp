@@ -249,11 +249,9 @@ void pack_slice(const Problem& P, const Slice& S, bool parallel) {
     return;
   }
   TsanForkJoin edges;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, 1), [&](const tbb::blocked_range<int64_t>& r) {
-    edges.enter();
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, 1), edges.around([&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t it = r.begin(); it != r.end(); ++it) item(it);
-    edges.leave();
-  });
+  }));
 }
 
 // Splits the slice into T regions (gm x gn grid of mr/nr-aligned blocks) with the smallest
@@ -279,11 +277,9 @@ void compute_slice(const Problem& P, const Slice& S, int T) {
   };
   if (T == 1) return region(0);
   TsanForkJoin edges;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, T, 1), [&](const tbb::blocked_range<int64_t>& r) {
-    edges.enter();
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, T, 1), edges.around([&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t i = r.begin(); i != r.end(); ++i) region(i);
-    edges.leave();
-  }, tbb::simple_partitioner());
+  }), tbb::simple_partitioner());
 }
 
 // C = beta * C (+ epilogue): what is left when the product term vanishes (K == 0, alpha == 0).

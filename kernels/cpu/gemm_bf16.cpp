@@ -20,6 +20,7 @@
 
 #include "trident/core/env.h"
 #include "trident/core/half.h"
+#include "trident/core/thread_annotations.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -147,8 +148,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
       packing_buffer(size_t(strips * strip_words + panels * panel_words));
   uint32_t* const packed_a = buffer.data();
   uint32_t* const packed_b = packed_a + strips * strip_words;
+  TsanForkJoin edges;  // (both loops)
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, strips + panels),
-                    [&](const tbb::blocked_range<int64_t>& r) {
+                    edges.around([&](const tbb::blocked_range<int64_t>& r) {
                       for (int64_t t = r.begin(); t != r.end(); ++t) {
                         if (t < strips)  // rows of op(A): A[i, p] or A[p, i]
                           pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR,
@@ -158,12 +160,12 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                                      (t - strips) * kNR, kNR, pairs,
                                      packed_b + (t - strips) * panel_words);
                       }
-                    });
+                    }));
   const Store store{alpha, beta, C, c_bf16, ldc, epilogue};
   // Tasks of up to 4 strips x 4 panels: a panel stays in L2 while the strips pass over it.
   tbb::parallel_for(
       tbb::blocked_range2d<int64_t>(0, strips, 4, 0, panels, 4),
-      [&](const tbb::blocked_range2d<int64_t>& r) {
+      edges.around([&](const tbb::blocked_range2d<int64_t>& r) {
         alignas(64) Tile tile;
         for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
           for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
@@ -171,7 +173,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
             store(tile, int(std::min<int64_t>(kMR, M - s * kMR)),
                   int(std::min<int64_t>(kNR, N - p * kNR)), s * kMR, p * kNR);
           }
-      });
+      }));
 #else
   (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
   (void)B, (void)ldb, (void)beta, (void)C, (void)c_bf16, (void)ldc, (void)epilogue;

@@ -19,11 +19,9 @@ void parallel_ranges(int64_t n, int64_t grain, const Body& body) {
   if (n <= 0) return;
   if (n <= grain) return body(int64_t(0), n);
   TsanForkJoin edges;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& r) {
-    edges.enter();
-    body(r.begin(), r.end());
-    edges.leave();
-  });
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n, grain),
+      edges.around([&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); }));
 }
 
 // Splits [0, n) into `parts` contiguous pieces, piece t to one task: body(t, begin, end). The
@@ -34,11 +32,11 @@ void parallel_pieces(int parts, int64_t n, const Body& body) {
   auto piece = [&](int t) { body(t, n * t / parts, n * (t + 1) / parts); };
   if (parts == 1) return piece(0);
   TsanForkJoin edges;
-  tbb::parallel_for(tbb::blocked_range<int>(0, parts, 1), [&](const tbb::blocked_range<int>& r) {
-    edges.enter();
-    for (int t = r.begin(); t != r.end(); ++t) piece(t);
-    edges.leave();
-  }, tbb::simple_partitioner());
+  tbb::parallel_for(tbb::blocked_range<int>(0, parts, 1),
+                    edges.around([&](const tbb::blocked_range<int>& r) {
+                      for (int t = r.begin(); t != r.end(); ++t) piece(t);
+                    }),
+                    tbb::simple_partitioner());
 }
 
 // Sum of n floats: 16 float lanes over blocks of 256 (vectorisable), each block added in double.
