@@ -31,31 +31,54 @@ train() {  # train NAME BACKEND-ENV MODEL EPOCHS [extra args]
 }
 
 # compute-sanitizer TOOL over the whole suite on the CUDA device (TRIDENT_TEST_BACKENDS=cuda: every
-# test, the conformance cases on cuda:0): the test names split round-robin into SHARDS lists run in
-# parallel (the whole suite under one tool in one process took over an hour), then the test that
+# test, the conformance cases on cuda:0): each test case in its own process, JOBS at a time (the
+# whole suite in one process took over an hour; 16-bit ResNet cases under racecheck take minutes
+# each and ten at once ran the host out of memory), the GPU-heavy ones first; then the test that
 # compares the driver's free memory with its baseline alone (the others would move that baseline).
-# memcheck also checks for leaks. An H100 with 16 cores, 8 shards: memcheck, initcheck, synccheck
-# about 2 minutes each; racecheck (every cuBLAS kernel's shared memory) far longer: SECONDS bounds
-# each shard. The logs: $OUT/sanitize_TOOL.log.
-sanitize() {
-  local tool=$1 shards=${SHARDS:-8} names=/tmp/trident_names extra=()
-  local alone='cuda: 1000 allocations*'
+# memcheck also checks for leaks. No case starts after TOTAL_SECONDS; one still running then is
+# stopped. NAMES=FILE runs those test names only (one a line, as --list-test-names-only prints).
+# The logs: $OUT/sanitize_TOOL.log, one line a case in $OUT/sanitize_TOOL_cases.tsv (exit status,
+# seconds, name; status 124 = stopped unfinished) and the unfinished names in
+# $OUT/sanitize_TOOL_unfinished.txt, ready for NAMES= in the next call.
+sanitize_one() {  # sanitize_one TOOL DEADLINE NAME (run by xargs)
+  local tool=$1 deadline=$2 name=$3 extra=() dir=/tmp/trident_san_$1 start=$SECONDS
   [ "$tool" = memcheck ] && extra=(--leak-check full)
-  "$BIN/trident_tests" --list-test-names-only | grep -v '^$' | grep -v "^${alone%\*}" \
-    | sed 's/\([],[*~"\\]\)/\\\1/g' > $names  # Catch's test-spec characters escaped
-  rm -f $names.*; split -n r/$shards -d $names $names.
-  echo "== compute-sanitizer $tool: $(wc -l < $names) test cases in $shards shards"
-  for list in $names.*; do
-    ( TRIDENT_TEST_BACKENDS=cuda timeout "${SECONDS_PER_SHARD:-1800}" compute-sanitizer --tool $tool \
-        "${extra[@]}" --error-exitcode 9 --print-limit 20 "$BIN/trident_tests" -f $list \
-        > $list.log 2>&1; echo "exit status $?" >> $list.log ) &
-  done
-  wait
-  TRIDENT_TEST_BACKENDS=cuda compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 9 \
-    "$BIN/trident_tests" "$alone" > $names.alone.log 2>&1; echo "exit status $?" >> $names.alone.log
-  cat $names.*.log > "$OUT/sanitize_$tool.log"
-  grep -hE "ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|All tests passed|^test cases|exit status" \
-    "$OUT/sanitize_$tool.log" | sort | uniq -c
+  local left=$((deadline - $(date +%s)))
+  local key; key=$(printf '%s' "$name" | md5sum | cut -c1-12)
+  if [ "$left" -le 5 ]; then printf '124\t0\t%s\n' "$name" > "$dir/$key.tsv"; return 0; fi
+  printf '%s\n' "$name" | sed 's/\([],[*~"\\]\)/\\\1/g' > "$dir/$key.spec"  # Catch's spec characters
+  # With several GPUs each job slot keeps to one (xargs numbers the slots).
+  local gpu=()
+  [ "${TRIDENT_SAN_GPUS:-1}" -gt 1 ] && gpu=(CUDA_VISIBLE_DEVICES=$((${TRIDENT_SAN_SLOT:-0} % TRIDENT_SAN_GPUS)))
+  env "${gpu[@]}" TRIDENT_TEST_BACKENDS=cuda timeout "$left" compute-sanitizer --tool "$tool" "${extra[@]}" \
+    --error-exitcode 9 --print-limit 20 "$BIN/trident_tests" -w NoTests -f "$dir/$key.spec" > "$dir/$key.log" 2>&1
+  local rc=$?
+  echo "exit status $rc ($((SECONDS - start)) s): $name" >> "$dir/$key.log"
+  printf '%s\t%s\t%s\n' "$rc" "$((SECONDS - start))" "$name" > "$dir/$key.tsv"
+}
+export -f sanitize_one
+export BIN
+sanitize() {
+  local tool=$1 dir=/tmp/trident_san_$1 alone='cuda: 1000 allocations*'
+  local deadline=$(( $(date +%s) + ${TOTAL_SECONDS:-3000} ))
+  rm -rf "$dir"; mkdir -p "$dir"
+  if [ -n "${NAMES:-}" ]; then grep -v '^$' "$NAMES"; else
+    "$BIN/trident_tests" --list-test-names-only | grep -v '^$'; fi > "$dir/all"
+  # GPU-heavy cases first (16-bit, ResNet, capture, NCCL), so that none starts late.
+  { grep -iE 'resnet|bf16|fp16|half|captur|nccl|cuda' "$dir/all"
+    grep -viE 'resnet|bf16|fp16|half|captur|nccl|cuda' "$dir/all"; } | grep -v "^${alone%\*}" > "$dir/queue"
+  export TRIDENT_SAN_GPUS; TRIDENT_SAN_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  echo "== compute-sanitizer $tool: $(wc -l < "$dir/queue") test cases, ${JOBS:-8} at a time on $TRIDENT_SAN_GPUS GPU(s)"
+  tr '\n' '\0' < "$dir/queue" | xargs -0 -P "${JOBS:-8}" --process-slot-var=TRIDENT_SAN_SLOT -I{} bash -c 'sanitize_one "$@"' _ "$tool" "$deadline" {}
+  local alone_name; alone_name=$(grep "^${alone%\*}" "$dir/all" | head -n 1)
+  [ -n "$alone_name" ] && sanitize_one "$tool" "$deadline" "$alone_name"
+  cat "$dir"/*.log > "$OUT/sanitize_$tool.log"
+  cat "$dir"/*.tsv | sort -t$'\t' -k2,2nr > "$OUT/sanitize_${tool}_cases.tsv"
+  awk -F'\t' '$1 == 124 || $1 == 137 {print $3}' "$OUT/sanitize_${tool}_cases.tsv" > "$OUT/sanitize_${tool}_unfinished.txt"
+  echo "cases by exit status (0 passed, 9 sanitizer errors, 124 unfinished):"
+  cut -f1 "$OUT/sanitize_${tool}_cases.tsv" | sort | uniq -c
+  grep -hE "ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$tool.log" | sort | uniq -c
+  echo "slowest: $(head -n 3 "$OUT/sanitize_${tool}_cases.tsv" | cut -f2,3 | tr '\t\n' ' ;')"
 }
 
 for stage in "$@"; do
