@@ -6,6 +6,7 @@
     rounds, the ratio lists, old rows without a precision counting as fp32, a run cut short named;
   - run_bench.py's default plan on a GPU machine and on a CPU (parts, order, precisions, compile);
   - plot_results.py's PNGs, where matplotlib is installed;
+  - accuracy_summary.py's table of a seed study (mean and sd per run, a bad line named);
   - torch_reference.py's rows per mode and precision on the CPU, where a python has torch;
   - with --bench PATH, trident_bench itself: --precision rows carry the precision trained (and what the
     device staged), --gemm-types rows their operand and result types (by default --precision's), a bad
@@ -273,6 +274,35 @@ class TorchReference(unittest.TestCase):
         self.assertTrue(compiled.get("skipped") or compiled["samples_per_s"] > 0)
         gemm = [(r["precision"], r["out_dtype"]) for r in rows if r["bench"] == "gemm"]
         self.assertEqual(gemm, [("fp32", "F32"), ("bf16", "BF16")])
+
+
+class AccuracySummary(unittest.TestCase):
+    """accuracy_summary.py: the seed study's table (bench/accuracy_seeds.sh), and bad lines named."""
+
+    def run_summary(self, lines):
+        fd, path = tempfile.mkstemp(suffix=".jsonl")
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        try:
+            return subprocess.run([sys.executable, os.path.join(HERE, "accuracy_summary.py"), path],
+                                  capture_output=True, text=True, timeout=60), path
+        finally:
+            os.unlink(path)
+
+    def test_mean_and_sd_per_run(self):
+        row = '{"framework": "%s", "backend": "cuda", "precision": "%s", "seed": %d, "test_accuracy": %s}'
+        proc, _ = self.run_summary([row % ("trident", "fp32", 2, "0.9310"), row % ("trident", "fp32", 1, "0.9290"),
+                                    row % ("trident", "bf16", 1, "0.9330"), row % ("pytorch", "fp32", 1, "0.9300")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("| trident cuda fp32 | 2 | 92.90 93.10 | 93.00% | 0.14 |", proc.stdout)  # by seed
+        self.assertIn("| trident cuda bf16 | 1 | 93.30 | 93.30% | nan |", proc.stdout)
+        self.assertIn("| pytorch cuda fp32 | 1 | 93.00 | 93.00% |", proc.stdout)
+
+    def test_bad_line_is_named(self):
+        proc, path = self.run_summary(['{"framework": "trident", "precision": "fp32", "seed": 1, "test_accuracy": 0.9}',
+                                       '{"framework": "trident", "seed": 2}'])
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(path + ":2: not a result line", proc.stderr)
 
 
 class IncompleteRun(unittest.TestCase):
