@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace trident::cpu {
 namespace {
@@ -20,71 +21,47 @@ ValidRange valid_range(int64_t k, int64_t stride, int64_t pad, int64_t size, int
   return {lo, hi};
 }
 
+// The valid output range of every kernel offset along one axis, found once per call.
+std::vector<ValidRange> valid_ranges(int64_t kernel, int64_t stride, int64_t pad, int64_t size,
+                                     int64_t out) {
+  std::vector<ValidRange> r(static_cast<size_t>(kernel));
+  for (int64_t k = 0; k < kernel; ++k) r[size_t(k)] = valid_range(k, stride, pad, size, out);
+  return r;
+}
+
+// Rows of a few dozen floats: an inline loop the compiler vectorises beats a memcpy call.
+inline void copy_floats(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
 }  // namespace
 
 void im2col(const Conv2dShape& s, const float* x, float* col) {
   const int64_t H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;
   const int64_t SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
   const int64_t OH = s.out_height(), OW = s.out_width();
+  const std::vector<ValidRange> row_ranges = valid_ranges(KH, SH, PH, H, OH);
+  const std::vector<ValidRange> col_ranges = valid_ranges(KW, SW, PW, W, OW);
   for (int64_t c = 0; c < s.in_channels; ++c) {
     const float* plane = x + c * H * W;
     for (int64_t kh = 0; kh < KH; ++kh) {
-      const ValidRange rows = valid_range(kh, SH, PH, H, OH);
+      const ValidRange rows = row_ranges[size_t(kh)];
       for (int64_t kw = 0; kw < KW; ++kw) {
-        const ValidRange cols = valid_range(kw, SW, PW, W, OW);
+        const ValidRange cols = col_ranges[size_t(kw)];
         float* out = col + ((c * KH + kh) * KW + kw) * OH * OW;
-        std::memset(out, 0, size_t(rows.lo * OW) * sizeof(float));
+        std::fill(out, out + rows.lo * OW, 0.f);
         for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
           float* dst = out + oh * OW;
           const float* src = plane + (oh * SH - PH + kh) * W + (kw - PW);
           for (int64_t ow = 0; ow < cols.lo; ++ow) dst[ow] = 0.f;
           if (SW == 1) {
-            std::memcpy(dst + cols.lo, src + cols.lo, size_t(cols.hi - cols.lo) * sizeof(float));
+            copy_floats(dst + cols.lo, src + cols.lo, cols.hi - cols.lo);
           } else {
             for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dst[ow] = src[ow * SW];
           }
           for (int64_t ow = cols.hi; ow < OW; ++ow) dst[ow] = 0.f;
         }
-        std::memset(out + rows.hi * OW, 0, size_t((OH - rows.hi) * OW) * sizeof(float));
-      }
-    }
-  }
-}
-
-void im2col_transposed(const Conv2dShape& s, const float* x, float* col_t) {
-  const int64_t C = s.in_channels, H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;
-  const int64_t SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
-  const int64_t OH = s.out_height(), OW = s.out_width();
-  const int64_t CKK = C * KH * KW;
-  // Output columns whose whole kernel row lies inside the input: a straight copy of KW floats.
-  const int64_t inner_lo = valid_range(0, SW, PW, W, OW).lo;
-  const int64_t inner_hi = std::max(inner_lo, valid_range(KW - 1, SW, PW, W, OW).hi);
-  for (int64_t oh = 0; oh < OH; ++oh) {
-    float* out_row = col_t + oh * OW * CKK;
-    for (int64_t c = 0; c < C; ++c) {
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const int64_t ih = oh * SH - PH + kh;
-        const int64_t offset = (c * KH + kh) * KW;
-        if (ih < 0 || ih >= H) {
-          for (int64_t ow = 0; ow < OW; ++ow)
-            std::memset(out_row + ow * CKK + offset, 0, size_t(KW) * sizeof(float));
-          continue;
-        }
-        const float* src = x + (c * H + ih) * W - PW;
-        auto edge = [&](int64_t ow) {
-          float* dst = out_row + ow * CKK + offset;
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const int64_t iw = ow * SW + kw - PW;
-            dst[kw] = iw >= 0 && iw < W ? src[ow * SW + kw] : 0.f;
-          }
-        };
-        for (int64_t ow = 0; ow < inner_lo; ++ow) edge(ow);
-        for (int64_t ow = inner_lo; ow < inner_hi; ++ow) {
-          float* dst = out_row + ow * CKK + offset;
-          const float* from = src + ow * SW;
-          for (int64_t kw = 0; kw < KW; ++kw) dst[kw] = from[kw];
-        }
-        for (int64_t ow = inner_hi; ow < OW; ++ow) edge(ow);
+        std::fill(out + rows.hi * OW, out + OH * OW, 0.f);
       }
     }
   }
@@ -94,13 +71,15 @@ void col2im(const Conv2dShape& s, const float* col, float* dx) {
   const int64_t H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;
   const int64_t SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
   const int64_t OH = s.out_height(), OW = s.out_width();
+  const std::vector<ValidRange> row_ranges = valid_ranges(KH, SH, PH, H, OH);
+  const std::vector<ValidRange> col_ranges = valid_ranges(KW, SW, PW, W, OW);
   std::memset(dx, 0, size_t(s.in_channels * H * W) * sizeof(float));
   for (int64_t c = 0; c < s.in_channels; ++c) {
     float* plane = dx + c * H * W;
     for (int64_t kh = 0; kh < KH; ++kh) {
-      const ValidRange rows = valid_range(kh, SH, PH, H, OH);
+      const ValidRange rows = row_ranges[size_t(kh)];
       for (int64_t kw = 0; kw < KW; ++kw) {
-        const ValidRange cols = valid_range(kw, SW, PW, W, OW);
+        const ValidRange cols = col_ranges[size_t(kw)];
         const float* in = col + ((c * KH + kh) * KW + kw) * OH * OW;
         for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
           const float* src = in + oh * OW;

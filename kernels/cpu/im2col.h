@@ -9,8 +9,6 @@ namespace trident::cpu {
 // col[C*KH*KW, OH*OW]: row (c, kh, kw) holds x[c, oh*SH - PH + kh, ow*SW - PW + kw] (0 outside).
 // The forward GEMM reads it in place as its [K, N] operand.
 void im2col(const Conv2dShape& s, const float* x, float* col);
-// col_t[OH*OW, C*KH*KW]: the transpose of im2col, the [K, N] operand of the weight gradient.
-void im2col_transposed(const Conv2dShape& s, const float* x, float* col_t);
 // dx[C, H, W] = sum of col[C*KH*KW, OH*OW] scattered back to the input positions (overwrites dx).
 void col2im(const Conv2dShape& s, const float* col, float* dx);
 

@@ -58,6 +58,56 @@ inline double sum_floats(const float* x, int64_t n) {
   return total;
 }
 
+// Sum of (x_i - shift)^2 over n floats, blocked like sum_floats (float lanes, double blocks).
+inline double sum_squares_about(const float* x, int64_t n, float shift) {
+  constexpr int kLanes = 16;
+  constexpr int64_t kBlock = 256;
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(kBlock, n - b);
+    const int64_t body = len / kLanes * kLanes;
+    float lanes[kLanes] = {};
+    for (int64_t i = 0; i < body; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float d = x[b + i + l] - shift;
+        lanes[l] += d * d;
+      }
+    for (int64_t i = body; i < len; ++i) {
+      const double d = double(x[b + i]) - double(shift);
+      total += d * d;
+    }
+    double block = 0.0;
+    for (int l = 0; l < kLanes; ++l) block += lanes[l];
+    total += block;
+  }
+  return total;
+}
+
+// sum g_i and sum g_i * (x_i - shift) over n, blocked like sum_floats.
+inline void sum_products_about(const float* g, const float* x, int64_t n, float shift,
+                               double& sum_g, double& sum_gx) {
+  constexpr int kLanes = 16;
+  constexpr int64_t kBlock = 256;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(kBlock, n - b);
+    const int64_t body = len / kLanes * kLanes;
+    float lanes_g[kLanes] = {}, lanes_gx[kLanes] = {};
+    for (int64_t i = 0; i < body; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        lanes_g[l] += g[b + i + l];
+        lanes_gx[l] += g[b + i + l] * (x[b + i + l] - shift);
+      }
+    for (int64_t i = body; i < len; ++i) {
+      sum_g += g[b + i];
+      sum_gx += double(g[b + i]) * (double(x[b + i]) - double(shift));
+    }
+    double block_g = 0.0, block_gx = 0.0;
+    for (int l = 0; l < kLanes; ++l) block_g += lanes_g[l], block_gx += lanes_gx[l];
+    sum_g += block_g;
+    sum_gx += block_gx;
+  }
+}
+
 // Elements per task for memory-bound loops: ~128 KiB of floats, several microseconds of work.
 constexpr int64_t kElementwiseGrain = 32768;
 
