@@ -2,7 +2,8 @@
 """The ResNet's 12-epoch recipe in PyTorch, once per seed: the test accuracy that Trident's
 `trident train --model resnet --seed N` is compared with (bench/accuracy_seeds.sh runs both).
 
-Recipe (issue 10, models/zoo.cpp): batch 256 with the last partial batch kept (235 steps an epoch),
+Recipe (issue 10, models/zoo.cpp): batch 256 with the last partial batch kept (235 steps an epoch,
+as PyTorch's DataLoader does; Trident's Trainer drops it: 234),
 SGD Nesterov momentum 0.9, weight decay 5e-4, OneCycleLR(max_lr 0.1, 30% warm-up, cosine,
 div_factor 25, final_div_factor 1e4) stepped every batch, inputs (x/255 - 0.2860) / 0.3530,
 no augmentation, cross-entropy on logits, PyTorch's default initialisation. Data resident on the
