@@ -38,7 +38,9 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, c
         // About the float mean; its rounding r adds n r^2, subtracted again.
         const float mean_f = float(mean);
         double squares = 0.0;
-        for_runs(s, c, [&](int64_t, int64_t at) { squares += sum_squares_about(x + at, s.inner, mean_f); });
+        for_runs(s, c, [&](int64_t, int64_t at) {
+          squares += sum_squares_about(x + at, s.inner, mean_f);
+        });
         const double r = double(mean_f) - mean;
         const double var = std::max(0.0, squares / n - r * r);
         invstd = 1.0 / std::sqrt(var + double(s.eps));

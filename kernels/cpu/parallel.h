@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "trident/core/thread_annotations.h"
 
@@ -39,73 +40,66 @@ void parallel_pieces(int parts, int64_t n, const Body& body) {
                     tbb::simple_partitioner());
 }
 
-// Sum of n floats: 16 float lanes over blocks of 256 (vectorisable), each block added in double.
-inline double sum_floats(const float* x, int64_t n) {
+// N sums over i < n of the terms term(i, t) writes into t[0..N): 16 float lanes over blocks of
+// 256 (vectorisable), each block added in double to total; the tail of a block past its last
+// whole 16 is evaluated and added in double. term is generic in t's element type (float in the
+// lanes, double in the tail).
+template <int N, class Term>
+void blocked_sums(int64_t n, const Term& term, double (&total)[N]) {
   constexpr int kLanes = 16;
   constexpr int64_t kBlock = 256;
-  double total = 0.0;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t len = std::min(kBlock, n - b);
     const int64_t body = len / kLanes * kLanes;
-    float lanes[kLanes] = {};
-    for (int64_t i = 0; i < body; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] += x[b + i + l];
-    for (int64_t i = body; i < len; ++i) total += x[b + i];
-    double block = 0.0;
-    for (int l = 0; l < kLanes; ++l) block += lanes[l];
-    total += block;
-  }
-  return total;
-}
-
-// Sum of (x_i - shift)^2 over n floats, blocked like sum_floats (float lanes, double blocks).
-inline double sum_squares_about(const float* x, int64_t n, float shift) {
-  constexpr int kLanes = 16;
-  constexpr int64_t kBlock = 256;
-  double total = 0.0;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t len = std::min(kBlock, n - b);
-    const int64_t body = len / kLanes * kLanes;
-    float lanes[kLanes] = {};
+    float lanes[N][kLanes] = {};
     for (int64_t i = 0; i < body; i += kLanes)
       for (int l = 0; l < kLanes; ++l) {
-        const float d = x[b + i + l] - shift;
-        lanes[l] += d * d;
+        float t[N];
+        term(b + i + l, t);
+        for (int k = 0; k < N; ++k) lanes[k][l] += t[k];
       }
     for (int64_t i = body; i < len; ++i) {
-      const double d = double(x[b + i]) - double(shift);
-      total += d * d;
+      double t[N];
+      term(b + i, t);
+      for (int k = 0; k < N; ++k) total[k] += t[k];
     }
-    double block = 0.0;
-    for (int l = 0; l < kLanes; ++l) block += lanes[l];
-    total += block;
+    for (int k = 0; k < N; ++k) {
+      double block = 0.0;
+      for (int l = 0; l < kLanes; ++l) block += lanes[k][l];
+      total[k] += block;
+    }
   }
-  return total;
 }
 
-// sum g_i and sum g_i * (x_i - shift) over n, blocked like sum_floats.
+// Sum of n floats.
+inline double sum_floats(const float* x, int64_t n) {
+  double total[1] = {0.0};
+  blocked_sums(n, [x](int64_t i, auto& t) { t[0] = x[i]; }, total);
+  return total[0];
+}
+
+// Sum of (x_i - shift)^2 over n floats.
+inline double sum_squares_about(const float* x, int64_t n, float shift) {
+  double total[1] = {0.0};
+  blocked_sums(n, [x, shift](int64_t i, auto& t) {
+    using T = std::remove_reference_t<decltype(t[0])>;
+    const T d = T(x[i]) - T(shift);
+    t[0] = d * d;
+  }, total);
+  return total[0];
+}
+
+// sum_g += sum g_i and sum_gx += sum g_i * (x_i - shift) over n.
 inline void sum_products_about(const float* g, const float* x, int64_t n, float shift,
                                double& sum_g, double& sum_gx) {
-  constexpr int kLanes = 16;
-  constexpr int64_t kBlock = 256;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t len = std::min(kBlock, n - b);
-    const int64_t body = len / kLanes * kLanes;
-    float lanes_g[kLanes] = {}, lanes_gx[kLanes] = {};
-    for (int64_t i = 0; i < body; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) {
-        lanes_g[l] += g[b + i + l];
-        lanes_gx[l] += g[b + i + l] * (x[b + i + l] - shift);
-      }
-    for (int64_t i = body; i < len; ++i) {
-      sum_g += g[b + i];
-      sum_gx += double(g[b + i]) * (double(x[b + i]) - double(shift));
-    }
-    double block_g = 0.0, block_gx = 0.0;
-    for (int l = 0; l < kLanes; ++l) block_g += lanes_g[l], block_gx += lanes_gx[l];
-    sum_g += block_g;
-    sum_gx += block_gx;
-  }
+  double total[2] = {sum_g, sum_gx};
+  blocked_sums(n, [g, x, shift](int64_t i, auto& t) {
+    using T = std::remove_reference_t<decltype(t[0])>;
+    t[0] = g[i];
+    t[1] = T(g[i]) * (T(x[i]) - T(shift));
+  }, total);
+  sum_g = total[0];
+  sum_gx = total[1];
 }
 
 // Elements per task for memory-bound loops: ~128 KiB of floats, several microseconds of work.
