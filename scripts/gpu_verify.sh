@@ -39,9 +39,13 @@ train() {  # train NAME BACKEND-ENV MODEL EPOCHS [extra args]
 # stopped. NAMES=FILE runs those test names only (one a line, as --list-test-names-only prints).
 # The logs: $OUT/sanitize_TOOL.log, one line a case in $OUT/sanitize_TOOL_cases.tsv (exit status,
 # seconds, name; status 124 = stopped unfinished) and the unfinished names in
-# $OUT/sanitize_TOOL_unfinished.txt, ready for NAMES= in the next call.
+# $OUT/sanitize_TOOL_unfinished.txt, ready for NAMES= in the next call. SAN_DIR (default
+# /tmp/trident_san_TOOL) holds the per-case logs while it runs, and TRIDENT_SAN_GPUS (default: all
+# that nvidia-smi lists) how many GPUs the slots spread over: two runs at once, e.g. the memory
+# test alone on one GPU beside the rest on another, each take their own SAN_DIR and
+# CUDA_VISIBLE_DEVICES with TRIDENT_SAN_GPUS=1.
 sanitize_one() {  # sanitize_one TOOL DEADLINE NAME (run by xargs)
-  local tool=$1 deadline=$2 name=$3 extra=() dir=/tmp/trident_san_$1 start=$SECONDS
+  local tool=$1 deadline=$2 name=$3 extra=() dir=${SAN_DIR:-/tmp/trident_san_$1} start=$SECONDS
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   local left=$((deadline - $(date +%s)))
   local key; key=$(printf '%s' "$name" | md5sum | cut -c1-12)
@@ -65,7 +69,7 @@ sanitize_one() {  # sanitize_one TOOL DEADLINE NAME (run by xargs)
 export -f sanitize_one
 export BIN
 sanitize() {
-  local tool=$1 dir=/tmp/trident_san_$1 alone='cuda: 1000 allocations*'
+  local tool=$1 dir=${SAN_DIR:-/tmp/trident_san_$1} alone='cuda: 1000 allocations*'
   local deadline=$(( $(date +%s) + ${TOTAL_SECONDS:-3000} ))
   rm -rf "$dir"; mkdir -p "$dir"
   if [ -n "${NAMES:-}" ]; then grep -v '^$' "$NAMES"; else
@@ -73,7 +77,7 @@ sanitize() {
   # GPU-heavy cases first (16-bit, ResNet, capture, NCCL), so that none starts late.
   { grep -iE 'resnet|bf16|fp16|half|captur|nccl|cuda' "$dir/all"
     grep -viE 'resnet|bf16|fp16|half|captur|nccl|cuda' "$dir/all"; } | grep -v "^${alone%\*}" > "$dir/queue"
-  export TRIDENT_SAN_GPUS; TRIDENT_SAN_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  export TRIDENT_SAN_GPUS; TRIDENT_SAN_GPUS=${TRIDENT_SAN_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
   echo "== compute-sanitizer $tool: $(wc -l < "$dir/queue") test cases, ${JOBS:-8} at a time on $TRIDENT_SAN_GPUS GPU(s)"
   tr '\n' '\0' < "$dir/queue" | xargs -0 -P "${JOBS:-8}" --process-slot-var=TRIDENT_SAN_SLOT -I{} bash -c 'sanitize_one "$@"' _ "$tool" "$deadline" {}
   local alone_name; alone_name=$(grep "^${alone%\*}" "$dir/all" | head -n 1)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "trident/core/error.h"
@@ -146,10 +147,9 @@ void check_network_gradients(Device& d, Network net, const Shape& sample, int64_
   CHECK(misses <= errors.size() / 20);
 }
 
-}  // namespace
-
-TEST_CASE("models: network gradients match finite differences on every device, every layer "
-          "kind and loss", "[models][gradients]") {
+// One test case per network and loss, so that each runs in its own process (and within the
+// per-case limit) under compute-sanitizer's racecheck.
+void check_gradients_on_every_device(const std::function<void(Device&)>& check) {
   for (Device* device : trident::testing::devices_under_test()) {
     DYNAMIC_SECTION(device->info().id()) {
       Device& d = *device;
@@ -158,19 +158,33 @@ TEST_CASE("models: network gradients match finite differences on every device, e
         WARN("SKIPPED on " << d.info().id() << ": finite differences need full FP32 GEMMs (TF32 on)");
         continue;
       }
-      SECTION("seed layers, NLL through the fused head") {
-        check_network_gradients(d, small_cnn(), {2, 8, 8}, 3, {1, 3, 0}, {LossKind::nll, 0.0f});
-      }
-      SECTION("batch norm, residual blocks, every activation, cross-entropy with smoothing") {
-        check_network_gradients(d, modern_net(), {2, 6, 6}, 4, {1, 3, 0, 2},
-                                {LossKind::cross_entropy, 0.1f});
-      }
-      SECTION("the same network under MSE") {
-        check_network_gradients(d, modern_net(), {2, 6, 6}, 4, {0, 3, 3, 2},
-                                {LossKind::mse, 0.0f});
-      }
+      check(d);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("models: network gradients match finite differences on every device: seed layers, "
+          "NLL through the fused head", "[models][gradients]") {
+  check_gradients_on_every_device([](Device& d) {
+    check_network_gradients(d, small_cnn(), {2, 8, 8}, 3, {1, 3, 0}, {LossKind::nll, 0.0f});
+  });
+}
+
+TEST_CASE("models: network gradients match finite differences on every device: batch norm, "
+          "residual blocks, every activation, cross-entropy with smoothing", "[models][gradients]") {
+  check_gradients_on_every_device([](Device& d) {
+    check_network_gradients(d, modern_net(), {2, 6, 6}, 4, {1, 3, 0, 2},
+                            {LossKind::cross_entropy, 0.1f});
+  });
+}
+
+TEST_CASE("models: network gradients match finite differences on every device: the modern "
+          "network under MSE", "[models][gradients]") {
+  check_gradients_on_every_device([](Device& d) {
+    check_network_gradients(d, modern_net(), {2, 6, 6}, 4, {0, 3, 3, 2}, {LossKind::mse, 0.0f});
+  });
 }
 
 TEST_CASE("models: shapes are inferred from the samples, and bad ones are named",
