@@ -112,7 +112,10 @@ TEST_CASE("conformance: the front rejects bad gemm arguments with a message",
 
 TEST_CASE("conformance: sum_rows with and without beta", "[conformance][sum_rows]") {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1}, {7, 33}, {257, 7}, {33, 257}, {1000, 10}, {1, 513}, {4097, 3}, {20011, 33}};
+      {1, 1}, {7, 33}, {257, 7}, {33, 257}, {1000, 10}, {1, 513}, {4097, 3}, {20011, 33},
+      // CUDA: ten tiles of 32 columns in 32 parts each, each tile finished by its last block;
+      // and parts enough (586) that the finishing block merges one column at a time.
+      {4096, 300}, {300000, 33}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 200;
     for (const auto& [rows, cols] : shapes)

@@ -17,7 +17,7 @@ namespace {
 // channel, which needs no scratch (kernels/cuda/channel_reduce.cuh).
 constexpr int64_t kPartialWords = int64_t(1) << 17;
 constexpr int64_t kCoefficientWords = int64_t(1) << 17;
-constexpr size_t kCounterBytes = 256;
+constexpr int64_t kCounterWords = 4097;  // the shared one and one per column tile of 32 channels
 
 // A recorded step: an instantiated CUDA graph replayed on the device's stream.
 class CudaGraphWork final : public CapturedWork {
@@ -47,7 +47,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     gemm_ = std::make_unique<CublasGemm>(ordinal_, stream_, tf32_);
     const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
     const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
-    const size_t bytes = partial_bytes + coefficient_bytes + kCounterBytes;
+    const size_t bytes = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);
     TRIDENT_CUDA_CHECK(cudaMalloc(&scratch_memory_, bytes), ordinal_);
     TRIDENT_CUDA_CHECK(cudaMemset(scratch_memory_, 0, bytes), ordinal_);  // the counter starts at 0
     TRIDENT_CUDA_CHECK(cudaDeviceSynchronize(), ordinal_);
@@ -57,6 +57,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     scratch_.coefficients = reinterpret_cast<float*>(base + partial_bytes);
     scratch_.coefficient_words = kCoefficientWords;
     scratch_.counter = reinterpret_cast<unsigned int*>(base + partial_bytes + coefficient_bytes);
+    scratch_.counter_words = kCounterWords;
   } catch (...) {
     gemm_.reset();
     if (scratch_memory_) cudaFree(scratch_memory_);

@@ -32,8 +32,9 @@ struct BatchNormStatsOp {
     float n, mean, m2;
   };
   __device__ Local zero(I) const { return {0.f, 0.f, 0.f}; }
-  __device__ void add(Local& l, I at) const {
-    const float v = to_float(x[at]);
+  using Value = float;
+  __device__ Value load(I at) const { return to_float(x[at]); }
+  __device__ void add(Local& l, float v) const {
     l.n += 1.f;
     const float d = v - l.mean;
     l.mean += d / l.n;
@@ -91,10 +92,13 @@ struct BatchNormGradOp {
     float sum_dy, sum_dy_centred, mean;
   };
   __device__ Local zero(I c) const { return {0.f, 0.f, save_mean[c]}; }
-  __device__ void add(Local& l, I at) const {
-    const float g = to_float(dy[at]);
-    l.sum_dy += g;
-    l.sum_dy_centred += g * (to_float(x[at]) - l.mean);
+  struct Value {
+    float dy, x;
+  };
+  __device__ Value load(I at) const { return {to_float(dy[at]), to_float(x[at])}; }
+  __device__ void add(Local& l, const Value& v) const {
+    l.sum_dy += v.dy;
+    l.sum_dy_centred += v.dy * (v.x - l.mean);
   }
   __device__ void to_acc(const Local& l, double* acc) const {
     acc[0] = l.sum_dy, acc[1] = l.sum_dy_centred;

@@ -31,9 +31,11 @@ struct ChannelSumOp {
 
   using Local = float;
   __device__ Local zero(I) const { return 0.f; }
-  __device__ void add(Local& sum, I at) const {
-    sum += kProduct ? to_float(x[at]) * to_float(y[at]) : to_float(x[at]);
-  }
+  struct Value {
+    float x, y;
+  };
+  __device__ Value load(I at) const { return {to_float(x[at]), kProduct ? to_float(y[at]) : 0.f}; }
+  __device__ void add(Local& sum, const Value& v) const { sum += kProduct ? v.x * v.y : v.x; }
   __device__ void to_acc(const Local& sum, double* acc) const { acc[0] = sum; }
   __device__ static void merge(double* a, const double* b) { a[0] += b[0]; }
   __device__ void finish(I c, const double* acc, float*) const {

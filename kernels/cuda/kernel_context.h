@@ -19,7 +19,8 @@ struct ReduceScratch {
   int64_t partial_words = 0;
   float* coefficients = nullptr;
   int64_t coefficient_words = 0;
-  unsigned int* counter = nullptr;
+  unsigned int* counter = nullptr;  // arrival counters, zero between kernels
+  int64_t counter_words = 0;
 };
 
 // A float tensor's device data with its type (f32, f16 or bf16), for the launchers whose
