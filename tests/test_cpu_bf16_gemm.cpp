@@ -1,5 +1,6 @@
-// Tests for trident::cpu::gemm_bf16 (AVX-512 BF16): every transpose case, alpha/beta, bias,
-// ReLU, odd K, edges of the 12 x 32 tile, padded leading dimensions, float32 and bfloat16 C,
+// Tests for trident::cpu::gemm_bf16 (AVX-512 BF16, and AMX where the CPU has it): every
+// transpose case, alpha/beta, bias, ReLU, odd K, edges of the 12 x 32 and 32 x 32 tiles and of
+// AMX's 16-pair K steps, padded leading dimensions, float32 and bfloat16 C,
 // against a double-precision loop over the same bfloat16 inputs; and the CPU device taking
 // bfloat16 GEMMs natively. Where the CPU lacks AVX-512 BF16 the cases say so and check that
 // the device stages bfloat16 GEMMs instead.
@@ -16,6 +17,7 @@
 
 namespace {
 
+using trident::cpu::Bf16Kernel;
 using trident::cpu::BiasKind;
 
 struct Case {
@@ -25,6 +27,7 @@ struct Case {
   BiasKind bias = BiasKind::none;
   bool relu = false;
   int64_t pad = 0;
+  Bf16Kernel kernel = Bf16Kernel::avx512;
 };
 
 std::string describe(const Case& c) {
@@ -33,7 +36,8 @@ std::string describe(const Case& c) {
          " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
          " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
          " bias=" + std::to_string(int(c.bias)) + " relu=" + std::to_string(c.relu) +
-         " pad=" + std::to_string(c.pad);
+         " pad=" + std::to_string(c.pad) +
+         (c.kernel == Bf16Kernel::amx ? " kernel=amx" : " kernel=avx512");
 }
 
 // Elements of C (padding included, which must stay untouched) outside the tolerance: each
@@ -57,8 +61,8 @@ int64_t mismatches(const Case& c, uint32_t seed) {
   for (size_t i = 0; i < c0.size(); ++i) cb[i] = trident::float_to_bf16(c0[i]);
   trident::cpu::GemmEpilogue epilogue{bias.data(), c.bias, c.relu};
   trident::cpu::gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb,
-                          c.beta, c.c_bf16 ? static_cast<void*>(cb.data()) : cf.data(),
-                          c.c_bf16, ldc, epilogue);
+                          c.beta, c.c_bf16 ? static_cast<void*>(cb.data()) : cf.data(), c.c_bf16,
+                          ldc, epilogue, c.kernel);
   auto a = [&](int64_t i, int64_t p) {
     return double(trident::bf16_to_float(c.ta ? A[size_t(p * lda + i)] : A[size_t(i * lda + p)]));
   };
@@ -75,14 +79,16 @@ int64_t mismatches(const Case& c, uint32_t seed) {
         continue;
       }
       double dot = 0, magnitude = 0;
-      for (int64_t p = 0; p < c.K; ++p) dot += a(i, p) * b(p, j), magnitude += std::fabs(a(i, p) * b(p, j));
-      const double old = c.c_bf16 ? trident::bf16_to_float(trident::float_to_bf16(c0[at])) : c0[at];
+      for (int64_t p = 0; p < c.K; ++p)
+        dot += a(i, p) * b(p, j), magnitude += std::fabs(a(i, p) * b(p, j));
+      const double old = c.c_bf16 ? trident::bf16_to_float(trident::float_to_bf16(c0[at]))
+                                  : c0[at];
       double want = c.alpha * dot + (c.beta != 0.f ? c.beta * old : 0.0);
       if (c.bias == BiasKind::per_column) want += bias[size_t(j)];
       if (c.bias == BiasKind::per_row) want += bias[size_t(i)];
       if (c.relu && want < 0) want = 0;
-      double tol = double(c.K + 2) * 6e-8 * (std::fabs(c.alpha) * magnitude +
-                                             std::fabs(c.beta * old) + 2.0);
+      double tol = double(c.K + 2) * 6e-8 *
+                   (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * old) + 2.0);
       if (c.c_bf16) tol += std::fabs(want) / 256.0;
       bad += !(std::fabs(got - want) <= tol);
     }
@@ -96,22 +102,30 @@ TEST_CASE("cpu bf16 gemm: every case against a double loop (AVX-512 BF16)", "[cp
     WARN("this CPU has no AVX-512 BF16 (or TRIDENT_CPU_BF16_DOT=0): the kernel is not run");
     return;
   }
-  const int64_t sizes[][3] = {{1, 1, 1},   {1, 1, 2},    {12, 32, 2},   {13, 33, 3},
-                              {11, 31, 64}, {25, 70, 129}, {100, 10, 784}, {130, 200, 511}};
+  const int64_t sizes[][3] = {{1, 1, 1},    {1, 1, 2},     {12, 32, 2},    {13, 33, 3},
+                              {11, 31, 64}, {25, 70, 129}, {100, 10, 784}, {130, 200, 511},
+                              {32, 32, 32}, {33, 31, 33},  {64, 96, 65},   {40, 8, 1000}};
+  std::vector<Bf16Kernel> kernels{Bf16Kernel::avx512};
+  if (trident::cpu::cpu_has_amx_bf16())
+    kernels.push_back(Bf16Kernel::amx);
+  else
+    WARN("this CPU (or process) has no AMX, or TRIDENT_CPU_AMX=0: its kernel is not run");
   uint32_t seed = 1;
-  for (const auto& size : sizes)
-    for (int variant = 0; variant < 8; ++variant) {
-      Case c;
-      c.M = size[0], c.N = size[1], c.K = size[2];
-      c.ta = variant & 1, c.tb = (variant >> 1) & 1, c.c_bf16 = (variant >> 2) & 1;
-      c.alpha = variant % 3 == 0 ? 1.f : 0.75f;
-      c.beta = variant % 2 == 0 ? 0.f : 0.5f;
-      c.bias = BiasKind(seed % 3);
-      c.relu = seed % 2 == 0;
-      c.pad = variant % 3;
-      INFO(describe(c));
-      CHECK(mismatches(c, seed++) == 0);
-    }
+  for (const Bf16Kernel kernel : kernels)
+    for (const auto& size : sizes)
+      for (int variant = 0; variant < 8; ++variant) {
+        Case c;
+        c.kernel = kernel;
+        c.M = size[0], c.N = size[1], c.K = size[2];
+        c.ta = variant & 1, c.tb = (variant >> 1) & 1, c.c_bf16 = (variant >> 2) & 1;
+        c.alpha = variant % 3 == 0 ? 1.f : 0.75f;
+        c.beta = variant % 2 == 0 ? 0.f : 0.5f;
+        c.bias = BiasKind(seed % 3);
+        c.relu = seed % 2 == 0;
+        c.pad = variant % 3;
+        INFO(describe(c));
+        CHECK(mismatches(c, seed++) == 0);
+      }
 }
 
 TEST_CASE("cpu bf16 gemm: K = 0 gives beta * C plus the epilogue; empty M or N touch nothing",
@@ -123,14 +137,20 @@ TEST_CASE("cpu bf16 gemm: K = 0 gives beta * C plus the epilogue; empty M or N t
   Case c;
   c.M = 5, c.N = 40, c.K = 0, c.beta = 0.5f, c.bias = BiasKind::per_row, c.relu = true;
   CHECK(mismatches(c, 7) == 0);
+  if (trident::cpu::cpu_has_amx_bf16()) {
+    c.kernel = Bf16Kernel::amx;
+    CHECK(mismatches(c, 7) == 0);
+  }
   std::vector<float> C(4, 3.f);
   trident::cpu::gemm_bf16(false, false, 0, 2, 3, 1.f, nullptr, 3, nullptr, 2, 0.f, C.data(),
                           false, 2);
   CHECK(C == std::vector<float>(4, 3.f));
 }
 
-TEST_CASE("cpu bf16 gemm: the CPU device takes bfloat16 GEMMs natively exactly where the CPU "
-          "has AVX-512 BF16", "[cpu][gemm][half]") {
+TEST_CASE(
+    "cpu bf16 gemm: the CPU device takes bfloat16 GEMMs natively exactly where the CPU "
+    "has AVX-512 BF16",
+    "[cpu][gemm][half]") {
   trident::Device& cpu = trident::DeviceRegistry::global().device("cpu:0");
   CHECK(cpu.native(trident::OpFamily::gemm, trident::DType::bf16) ==
         trident::cpu::cpu_has_avx512_bf16());

@@ -13,12 +13,12 @@
 #include "trident/kernels/cpu/batchnorm.h"
 #include "trident/kernels/cpu/channel.h"
 #include "trident/kernels/cpu/conv2d.h"
-#include "trident/kernels/cpu/im2col.h"
+#include "trident/kernels/cpu/convert.h"
 #include "trident/kernels/cpu/elementwise.h"
 #include "trident/kernels/cpu/gather.h"
 #include "trident/kernels/cpu/gemm.h"
 #include "trident/kernels/cpu/gemm_bf16.h"
-#include "trident/kernels/cpu/convert.h"
+#include "trident/kernels/cpu/im2col.h"
 #include "trident/kernels/cpu/optimizers.h"
 #include "trident/kernels/cpu/pool2d.h"
 #include "trident/kernels/cpu/softmax_nll.h"
@@ -56,13 +56,16 @@ CpuDevice::CpuDevice(int index, int threads, const std::string& cpu_name)
     : threads_(threads), arena_(threads) {
   info_.backend = "cpu";
   info_.index = index;
-  info_.name = cpu_name + " (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+  info_.name = cpu_name + " (" + std::to_string(threads) +
+               (threads == 1 ? " thread)" : " threads)");
   info_.vendor = "host";
   info_.type = "cpu";
   info_.driver = "oneTBB " + std::to_string(TBB_VERSION_MAJOR) + "." +
                  std::to_string(TBB_VERSION_MINOR);
   info_.detail = std::string("sgemm kernel ") + cpu::sgemm_kernel_name() +
-                 (cpu::cpu_has_avx512_bf16() ? "; bf16 GEMMs on AVX-512 BF16" : "");
+                 (cpu::cpu_has_amx_bf16()      ? "; bf16 GEMMs on AMX"
+                  : cpu::cpu_has_avx512_bf16() ? "; bf16 GEMMs on AVX-512 BF16"
+                                               : "");
   info_.memory_bytes = page_bytes(_SC_PHYS_PAGES);
   info_.compute_units = threads;
 }

@@ -10,6 +10,13 @@
 // scales, adds beta * C, the bias and ReLU to, and writes as float32 or bfloat16. Only the
 // micro-kernel is compiled for AVX-512 BF16 (a function target), so nothing else in this file
 // can execute an instruction the CPU lacks.
+//
+// Where the CPU has AMX (Sapphire Rapids and later) and the kernel lets this process use its
+// tile registers, a second micro-kernel runs instead: a 32 x 32 block of C in four 16 x 16 float
+// tiles, fed by two A tiles (16 rows x 16 pairs, A packed row by row: words [32 rows][pairs]) and
+// two B tiles (16 pairs x 16 columns of the same [pairs][32] panels), TDPBF16PS per 16 pairs; K
+// padded with zero pairs to a multiple of 16. On a 2-core Xeon VM it ran bf16 GEMMs of n = 1024
+// 4-5x faster than VDPBF16PS, which issues no faster there than the float32 FMAs of sgemm.
 #include "trident/kernels/cpu/gemm_bf16.h"
 
 #include <tbb/blocked_range2d.h>
@@ -23,10 +30,14 @@
 #include "trident/core/thread_annotations.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define TRIDENT_HAVE_BF16_KERNEL 1
 #define TRIDENT_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define TRIDENT_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 #endif
 
 namespace trident::cpu {
@@ -34,6 +45,8 @@ namespace {
 
 constexpr int kMR = 12, kNR = 32;
 using Tile = float[kMR][kNR];
+constexpr int kAmxRows = 32, kAmxPairs = 16;  // an AMX block: 32 x kNR of C; K in 16-pair steps
+using AmxTile = float[kAmxRows][kNR];
 
 // Packs `width` lines of an operand from line0 on (rows of op(A), or columns of op(B)) into
 // words [pairs][width]: element (line, p) is x[line * line_stride + p * k_stride]; lines past
@@ -48,7 +61,7 @@ void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_
       uint32_t lo = 0, hi = 0;
       if (i < valid) {
         const uint16_t* line = x + (line0 + i) * line_stride;
-        lo = line[p0 * k_stride];
+        if (p0 < K) lo = line[p0 * k_stride];
         if (p1 < K) hi = line[p1 * k_stride];
       }
       out[i] = lo | hi << 16;
@@ -56,36 +69,107 @@ void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_
   }
 }
 
+// The same lines packed line by line, words [width][pairs] (AMX's A tiles take rows of pairs).
+void pack_pair_rows(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_t lines,
+                    int64_t K, int64_t line0, int width, int64_t pairs, uint32_t* dst) {
+  const int valid = int(std::min<int64_t>(width, lines - line0));
+  for (int i = 0; i < width; ++i) {
+    uint32_t* out = dst + i * pairs;
+    if (i >= valid) {
+      std::fill(out, out + pairs, 0u);
+      continue;
+    }
+    const uint16_t* line = x + (line0 + i) * line_stride;
+    for (int64_t q = 0; q < pairs; ++q) {
+      const int64_t p0 = 2 * q, p1 = 2 * q + 1;
+      const uint32_t lo = p0 < K ? line[p0 * k_stride] : 0u,
+                     hi = p1 < K ? line[p1 * k_stride] : 0u;
+      out[q] = lo | hi << 16;
+    }
+  }
+}
+
 #if TRIDENT_HAVE_BF16_KERNEL
+// The tile registers' shapes: tiles 0-3 accumulate C (16 rows x 16 floats), 4-5 hold A (16 rows
+// x 16 pairs), 6-7 hold B (16 pairs x 16 columns); each row 64 bytes.
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// tile = block a (32 rows, words [32][pairs]) x panel b (words [pairs][32]); pairs a multiple
+// of 16. The caller has loaded AmxConfig.
+TRIDENT_AMX_TARGET void micro_amx(const uint32_t* a, const uint32_t* b, int64_t pairs,
+                                  AmxTile& tile) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const int64_t a_stride = pairs * 4;
+  for (int64_t q = 0; q < pairs; q += kAmxPairs) {
+    _tile_loadd(4, a + q, a_stride);
+    _tile_loadd(5, a + 16 * pairs + q, a_stride);
+    _tile_loadd(6, b + q * kNR, kNR * 4);
+    _tile_loadd(7, b + q * kNR + 16, kNR * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, &tile[0][0], kNR * 4);
+  _tile_stored(1, &tile[0][16], kNR * 4);
+  _tile_stored(2, &tile[16][0], kNR * 4);
+  _tile_stored(3, &tile[16][16], kNR * 4);
+}
+
+TRIDENT_AMX_TARGET void amx_begin(const AmxConfig& config) { _tile_loadconfig(&config); }
+TRIDENT_AMX_TARGET void amx_end() { _tile_release(); }
+
+// AMX's instructions exist (CPUID 7.0:EDX bits 22 and 24) and Linux lets this process keep tile
+// data (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; without it the first tile
+// instruction faults).
+bool amx_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
 // tile = strip a (kMR rows) x panel b (kNR columns) over `pairs` K pairs. The accumulators are
 // named variables: GCC keeps an array of vectors in memory across the loop.
 TRIDENT_BF16_TARGET void micro(const uint32_t* a, const uint32_t* b, int64_t pairs, Tile& tile) {
 #define TRIDENT_ACC(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
-  TRIDENT_ACC(0) TRIDENT_ACC(1) TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5)
-  TRIDENT_ACC(6) TRIDENT_ACC(7) TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
+  TRIDENT_ACC(0)
+  TRIDENT_ACC(1) TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5) TRIDENT_ACC(6)
+      TRIDENT_ACC(7) TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
 #undef TRIDENT_ACC
 #pragma GCC unroll 2
-  for (int64_t q = 0; q < pairs; ++q) {
+          for (int64_t q = 0; q < pairs; ++q) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * kNR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + q * kNR + 16);
     const uint32_t* aq = a + q * kMR;
-#define TRIDENT_ROW(i, r)                                                   \
-  {                                                                         \
-    const __m512bh av = (__m512bh)_mm512_set1_epi32(int(aq[i]));            \
-    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                            \
-    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                            \
+#define TRIDENT_ROW(i, r)                                        \
+  {                                                              \
+    const __m512bh av = (__m512bh)_mm512_set1_epi32(int(aq[i])); \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                 \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                 \
   }
-    TRIDENT_ROW(0, 0) TRIDENT_ROW(1, 1) TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3)
-    TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5) TRIDENT_ROW(6, 6) TRIDENT_ROW(7, 7)
-    TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a) TRIDENT_ROW(11, b)
+    TRIDENT_ROW(0, 0)
+    TRIDENT_ROW(1, 1) TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3) TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5)
+        TRIDENT_ROW(6, 6) TRIDENT_ROW(7, 7) TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a)
+            TRIDENT_ROW(11, b)
 #undef TRIDENT_ROW
   }
-#define TRIDENT_STORE(i, r)                      \
-  _mm512_storeu_ps(&tile[i][0], c##r##0);        \
+#define TRIDENT_STORE(i, r)               \
+  _mm512_storeu_ps(&tile[i][0], c##r##0); \
   _mm512_storeu_ps(&tile[i][16], c##r##1);
-  TRIDENT_STORE(0, 0) TRIDENT_STORE(1, 1) TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3)
-  TRIDENT_STORE(4, 4) TRIDENT_STORE(5, 5) TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7)
-  TRIDENT_STORE(8, 8) TRIDENT_STORE(9, 9) TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
+  TRIDENT_STORE(0, 0)
+  TRIDENT_STORE(1, 1) TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3) TRIDENT_STORE(4, 4)
+      TRIDENT_STORE(5, 5) TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7) TRIDENT_STORE(8, 8)
+          TRIDENT_STORE(9, 9) TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
 #undef TRIDENT_STORE
 }
 #endif
@@ -97,8 +181,9 @@ struct Store {
   int64_t ldc;
   GemmEpilogue epilogue;
 
-  // The valid rows x cols of a tile whose first element is C(row0, col0).
-  void operator()(const Tile& tile, int rows, int cols, int64_t row0, int64_t col0) const {
+  // The valid rows x cols of a tile (rows of kNR floats) whose first element is C(row0, col0).
+  void operator()(const float (*tile)[kNR], int rows, int cols, int64_t row0,
+                  int64_t col0) const {
     for (int i = 0; i < rows; ++i) {
       const int64_t r = row0 + i;
       for (int j = 0; j < cols; ++j) {
@@ -107,11 +192,15 @@ struct Store {
         if (beta != 0.0f)
           v += beta * (c_bf16 ? bf16_to_float(static_cast<const uint16_t*>(c)[at])
                               : static_cast<const float*>(c)[at]);
-        if (epilogue.bias_kind == BiasKind::per_column) v += epilogue.bias[col0 + j];
-        else if (epilogue.bias_kind == BiasKind::per_row) v += epilogue.bias[r];
+        if (epilogue.bias_kind == BiasKind::per_column)
+          v += epilogue.bias[col0 + j];
+        else if (epilogue.bias_kind == BiasKind::per_row)
+          v += epilogue.bias[r];
         if (epilogue.relu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as in sgemm
-        if (c_bf16) static_cast<uint16_t*>(c)[at] = float_to_bf16(v);
-        else static_cast<float*>(c)[at] = v;
+        if (c_bf16)
+          static_cast<uint16_t*>(c)[at] = float_to_bf16(v);
+        else
+          static_cast<float*>(c)[at] = v;
       }
     }
   }
@@ -136,16 +225,74 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
+bool cpu_has_amx_bf16() {
+#if TRIDENT_HAVE_BF16_KERNEL
+  static const bool has = cpu_has_avx512_bf16() && env_flag("TRIDENT_CPU_AMX", true) &&
+                          amx_usable();
+  return has;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+#if TRIDENT_HAVE_BF16_KERNEL
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, const Store& store) {
+  const int64_t pairs = (K + 2 * kAmxPairs - 1) / (2 * kAmxPairs) * kAmxPairs;
+  const int64_t blocks = (M + kAmxRows - 1) / kAmxRows, panels = (N + kNR - 1) / kNR;
+  const int64_t block_words = pairs * kAmxRows, panel_words = pairs * kNR;
+  std::vector<uint32_t>& buffer = packing_buffer(
+      size_t(blocks * block_words + panels * panel_words));
+  uint32_t* const packed_a = buffer.data();
+  uint32_t* const packed_b = packed_a + blocks * block_words;
+  TsanForkJoin edges;  // (both loops)
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, blocks + panels),
+      edges.around([&](const tbb::blocked_range<int64_t>& r) {
+        for (int64_t t = r.begin(); t != r.end(); ++t) {
+          if (t < blocks)
+            pack_pair_rows(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kAmxRows, kAmxRows,
+                           pairs, packed_a + t * block_words);
+          else
+            pack_pairs(B, trans_b ? ldb : 1, trans_b ? 1 : ldb, N, K, (t - blocks) * kNR, kNR,
+                       pairs, packed_b + (t - blocks) * panel_words);
+        }
+      }));
+  tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, blocks, 2, 0, panels, 4),
+                    edges.around([&](const tbb::blocked_range2d<int64_t>& r) {
+                      alignas(64) AmxTile tile;
+                      const AmxConfig config;
+                      amx_begin(config);  // per task: the tile configuration is the thread's
+                      for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
+                        for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
+                          micro_amx(packed_a + s * block_words, packed_b + p * panel_words, pairs,
+                                    tile);
+                          store(tile, int(std::min<int64_t>(kAmxRows, M - s * kAmxRows)),
+                                int(std::min<int64_t>(kNR, N - p * kNR)), s * kAmxRows, p * kNR);
+                        }
+                      amx_end();
+                    }));
+}
+#endif
+
+}  // namespace
+
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
-               void* C, bool c_bf16, int64_t ldc, const GemmEpilogue& epilogue) {
+               void* C, bool c_bf16, int64_t ldc, const GemmEpilogue& epilogue,
+               Bf16Kernel kernel) {
 #if TRIDENT_HAVE_BF16_KERNEL
   if (M <= 0 || N <= 0) return;
+  if (kernel == Bf16Kernel::amx || (kernel == Bf16Kernel::best && cpu_has_amx_bf16()))
+    return gemm_bf16_amx(trans_a, trans_b, M, N, K, A, lda, B, ldb,
+                         Store{alpha, beta, C, c_bf16, ldc, epilogue});
   const int64_t pairs = (K + 1) / 2;
   const int64_t strips = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
   const int64_t strip_words = pairs * kMR, panel_words = pairs * kNR;
-  std::vector<uint32_t>& buffer =
-      packing_buffer(size_t(strips * strip_words + panels * panel_words));
+  std::vector<uint32_t>& buffer = packing_buffer(
+      size_t(strips * strip_words + panels * panel_words));
   uint32_t* const packed_a = buffer.data();
   uint32_t* const packed_b = packed_a + strips * strip_words;
   TsanForkJoin edges;  // (both loops)
@@ -153,8 +300,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                     edges.around([&](const tbb::blocked_range<int64_t>& r) {
                       for (int64_t t = r.begin(); t != r.end(); ++t) {
                         if (t < strips)  // rows of op(A): A[i, p] or A[p, i]
-                          pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR,
-                                     kMR, pairs, packed_a + t * strip_words);
+                          pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR, kMR,
+                                     pairs, packed_a + t * strip_words);
                         else  // columns of op(B): B[p, j] or B[j, p]
                           pack_pairs(B, trans_b ? ldb : 1, trans_b ? 1 : ldb, N, K,
                                      (t - strips) * kNR, kNR, pairs,
@@ -163,20 +310,20 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                     }));
   const Store store{alpha, beta, C, c_bf16, ldc, epilogue};
   // Tasks of up to 4 strips x 4 panels: a panel stays in L2 while the strips pass over it.
-  tbb::parallel_for(
-      tbb::blocked_range2d<int64_t>(0, strips, 4, 0, panels, 4),
-      edges.around([&](const tbb::blocked_range2d<int64_t>& r) {
-        alignas(64) Tile tile;
-        for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
-          for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
-            micro(packed_a + s * strip_words, packed_b + p * panel_words, pairs, tile);
-            store(tile, int(std::min<int64_t>(kMR, M - s * kMR)),
-                  int(std::min<int64_t>(kNR, N - p * kNR)), s * kMR, p * kNR);
-          }
-      }));
+  tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, strips, 4, 0, panels, 4),
+                    edges.around([&](const tbb::blocked_range2d<int64_t>& r) {
+                      alignas(64) Tile tile;
+                      for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
+                        for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
+                          micro(packed_a + s * strip_words, packed_b + p * panel_words, pairs,
+                                tile);
+                          store(tile, int(std::min<int64_t>(kMR, M - s * kMR)),
+                                int(std::min<int64_t>(kNR, N - p * kNR)), s * kMR, p * kNR);
+                        }
+                    }));
 #else
   (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
-  (void)B, (void)ldb, (void)beta, (void)C, (void)c_bf16, (void)ldc, (void)epilogue;
+  (void)B, (void)ldb, (void)beta, (void)C, (void)c_bf16, (void)ldc, (void)epilogue, (void)kernel;
 #endif
 }
 
