@@ -23,6 +23,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "trident/core/env.h"
@@ -38,6 +39,7 @@
 #define TRIDENT_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define TRIDENT_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+#define TRIDENT_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 #endif
 
 namespace trident::cpu {
@@ -57,6 +59,13 @@ void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_
   for (int64_t q = 0; q < pairs; ++q) {
     const int64_t p0 = 2 * q, p1 = 2 * q + 1;
     uint32_t* out = dst + q * width;
+    if (line_stride == 1 && p1 < K) {  // two contiguous runs side by side (vectorised)
+      const uint16_t* r0 = x + line0 + p0 * k_stride;
+      const uint16_t* r1 = x + line0 + p1 * k_stride;
+      for (int i = 0; i < valid; ++i) out[i] = uint32_t(r0[i]) | uint32_t(r1[i]) << 16;
+      std::fill(out + valid, out + width, 0u);
+      continue;
+    }
     for (int i = 0; i < width; ++i) {
       uint32_t lo = 0, hi = 0;
       if (i < valid) {
@@ -80,6 +89,14 @@ void pack_pair_rows(const uint16_t* x, int64_t line_stride, int64_t k_stride, in
       continue;
     }
     const uint16_t* line = x + (line0 + i) * line_stride;
+    if (k_stride == 1) {  // the line's pairs are its 32-bit words (little-endian: low half first)
+      const int64_t whole = K / 2;
+      std::memcpy(out, line, size_t(whole) * sizeof(uint32_t));
+      int64_t q = whole;
+      if (K % 2) out[q++] = line[K - 1];
+      std::fill(out + q, out + pairs, 0u);
+      continue;
+    }
     for (int64_t q = 0; q < pairs; ++q) {
       const int64_t p0 = 2 * q, p1 = 2 * q + 1;
       const uint32_t lo = p0 < K ? line[p0 * k_stride] : 0u,
@@ -143,8 +160,9 @@ bool amx_usable() {
 TRIDENT_BF16_TARGET void micro(const uint32_t* a, const uint32_t* b, int64_t pairs, Tile& tile) {
 #define TRIDENT_ACC(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
   TRIDENT_ACC(0)
-  TRIDENT_ACC(1) TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5) TRIDENT_ACC(6)
-      TRIDENT_ACC(7) TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
+  TRIDENT_ACC(1)
+  TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5) TRIDENT_ACC(6) TRIDENT_ACC(7)
+      TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
 #undef TRIDENT_ACC
 #pragma GCC unroll 2
           for (int64_t q = 0; q < pairs; ++q) {
@@ -158,8 +176,9 @@ TRIDENT_BF16_TARGET void micro(const uint32_t* a, const uint32_t* b, int64_t pai
     c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                 \
   }
     TRIDENT_ROW(0, 0)
-    TRIDENT_ROW(1, 1) TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3) TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5)
-        TRIDENT_ROW(6, 6) TRIDENT_ROW(7, 7) TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a)
+    TRIDENT_ROW(1, 1)
+    TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3) TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5) TRIDENT_ROW(6, 6)
+        TRIDENT_ROW(7, 7) TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a)
             TRIDENT_ROW(11, b)
 #undef TRIDENT_ROW
   }
@@ -167,9 +186,10 @@ TRIDENT_BF16_TARGET void micro(const uint32_t* a, const uint32_t* b, int64_t pai
   _mm512_storeu_ps(&tile[i][0], c##r##0); \
   _mm512_storeu_ps(&tile[i][16], c##r##1);
   TRIDENT_STORE(0, 0)
-  TRIDENT_STORE(1, 1) TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3) TRIDENT_STORE(4, 4)
-      TRIDENT_STORE(5, 5) TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7) TRIDENT_STORE(8, 8)
-          TRIDENT_STORE(9, 9) TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
+  TRIDENT_STORE(1, 1)
+  TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3) TRIDENT_STORE(4, 4) TRIDENT_STORE(5, 5)
+      TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7) TRIDENT_STORE(8, 8) TRIDENT_STORE(9, 9)
+          TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
 #undef TRIDENT_STORE
 }
 #endif
@@ -182,8 +202,10 @@ struct Store {
   GemmEpilogue epilogue;
 
   // The valid rows x cols of a tile (rows of kNR floats) whose first element is C(row0, col0).
-  void operator()(const float (*tile)[kNR], int rows, int cols, int64_t row0,
-                  int64_t col0) const {
+  // Both micro-kernels need AVX-512, so the stores use it too (store_avx512, the same results
+  // bit for bit); scalar() is what it computes.
+  void operator()(const float (*tile)[kNR], int rows, int cols, int64_t row0, int64_t col0) const;
+  void scalar(const float (*tile)[kNR], int rows, int cols, int64_t row0, int64_t col0) const {
     for (int i = 0; i < rows; ++i) {
       const int64_t r = row0 + i;
       for (int j = 0; j < cols; ++j) {
@@ -205,6 +227,72 @@ struct Store {
     }
   }
 };
+
+#if TRIDENT_HAVE_BF16_KERNEL
+// GCC 12's AVX-512 headers build "undefined" vectors as x = x, which -Wmaybe-uninitialized
+// reports inside the intrinsics (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// float_to_bf16 (core/half.h) on 16 lanes: quiet NaNs, round to nearest even.
+TRIDENT_AVX512_TARGET __m256i to_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i rounding = _mm512_add_epi32(
+      _mm512_set1_epi32(0x7fff),
+      _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, rounding), 16);
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// Store::scalar, 16 columns at a time: the same operations in the same order.
+TRIDENT_AVX512_TARGET void store_avx512(const Store& st, const float (*tile)[kNR], int rows,
+                                        int cols, int64_t row0, int64_t col0) {
+  const __m512 alpha = _mm512_set1_ps(st.alpha), beta = _mm512_set1_ps(st.beta);
+  const __m512 zero = _mm512_setzero_ps();
+  const GemmEpilogue& e = st.epilogue;
+  for (int i = 0; i < rows; ++i) {
+    const int64_t r = row0 + i;
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+      const int n = std::min(16, cols - c0);
+      const __mmask16 m = n == 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
+      const int64_t at = r * st.ldc + col0 + c0;
+      __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(&tile[i][c0]));
+      if (st.beta != 0.0f) {
+        const __m512 old = st.c_bf16
+                               ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                                     _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                                         m, static_cast<const uint16_t*>(st.c) + at)),
+                                     16))
+                               : _mm512_maskz_loadu_ps(m, static_cast<const float*>(st.c) + at);
+        v = _mm512_add_ps(v, _mm512_mul_ps(beta, old));
+      }
+      if (e.bias_kind == BiasKind::per_column)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e.bias + col0 + c0));
+      else if (e.bias_kind == BiasKind::per_row)
+        v = _mm512_add_ps(v, _mm512_set1_ps(e.bias[r]));
+      if (e.relu) v = _mm512_max_ps(zero, v);  // (0 > v) ? 0 : v: NaN and -0 stay
+      if (st.c_bf16)
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(st.c) + at, m, to_bf16(v));
+      else
+        _mm512_mask_storeu_ps(static_cast<float*>(st.c) + at, m, v);
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+void Store::operator()(const float (*tile)[kNR], int rows, int cols, int64_t row0,
+                       int64_t col0) const {
+  store_avx512(*this, tile, rows, cols, row0, col0);
+}
+#else
+void Store::operator()(const float (*tile)[kNR], int rows, int cols, int64_t row0,
+                       int64_t col0) const {
+  scalar(tile, rows, cols, row0, col0);
+}
+#endif
 
 // The packed operands of one call, kept per thread between calls (no page faults per GEMM).
 std::vector<uint32_t>& packing_buffer(size_t words) {
