@@ -177,8 +177,9 @@ PY
         run_step mpirun_cnn 600 "${launch[@]}" "${dp[@]}" --model cnn
         compare dp2_mlp dp1_mlp; compare dp2_cnn dp1_cnn
         compare mpirun_mlp dp1_mlp; compare mpirun_cnn dp1_cnn
-        run_step scaling 1200 python3 bench/run_bench.py --bench "$BIN/trident_bench" --scaling \
-          --devices cuda:all --results-dir "$OUT"
+        [ "${SCALING:-1}" = 1 ] &&  # SCALING=0: not the weak-scaling bench
+          run_step scaling 1200 python3 bench/run_bench.py --bench "$BIN/trident_bench" --scaling \
+            --devices cuda:all --results-dir "$OUT"
       else
         record "   one GPU: the 2-GPU runs (one process; mpirun -np 2) and the scaling bench" \
                "were not run"

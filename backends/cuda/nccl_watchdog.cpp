@@ -12,7 +12,9 @@ namespace trident {
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-constexpr size_t kMostPendingMarkers = 64;  // a host far ahead of its GPUs: later ones skipped
+// A host far ahead of its GPUs: past this many unfinished markers, the newest is moved forward
+// (recorded again) instead of a new one being added.
+constexpr size_t kMostPendingMarkers = 64;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -53,7 +55,21 @@ void NcclWatchdog::mark() {
   std::vector<cudaEvent_t> events;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (markers_.size() >= kMostPendingMarkers) return;
+    // Steps faster than the watchdog's 100 ms poll fill the queue with finished markers: reap
+    // them here. Skipping the new marker instead left the work queued after a full queue
+    // unwatched: with a rank stopped, the finished markers were reaped, none was pending, and
+    // the stall was never reported (2 H200s, mpirun -np 2, steps of 80 us).
+    (void)reap_finished(clock_type::now());
+    if (markers_.size() >= kMostPendingMarkers) {
+      // Still full of unfinished ones: the newest follows the work queued since.
+      Marker& newest = markers_.back();
+      for (size_t i = 0; i < devices_.size(); ++i) {
+        devices_[i]->make_current();
+        TRIDENT_CUDA_CHECK(cudaEventRecord(newest.events[i], devices_[i]->stream()),
+                           devices_[i]->ordinal());
+      }
+      return;
+    }
     if (!spare_events_.empty()) {
       events = std::move(spare_events_.back());
       spare_events_.pop_back();
@@ -94,17 +110,10 @@ std::string NcclWatchdog::describe(const std::string& problem) const {
          problem;
 }
 
-// Called with mutex_ held.
-std::string NcclWatchdog::check(clock_type::time_point now) {
-  if (watch_comms_)
-    for (size_t i = 0; i < comms_.size(); ++i) {
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comms_[i], &state) == ncclSuccess && state != ncclSuccess &&
-          state != ncclInProgress)
-        return describe("the communicator on " + devices_[i]->info().id() + " failed: " +
-                        cuda::describe_status(state));
-    }
-  while (!markers_.empty()) {  // finished markers go back to the spares
+// Called with mutex_ held: finished markers, oldest first, go back to the spares; a failed one
+// is reported.
+std::string NcclWatchdog::reap_finished(clock_type::time_point now) {
+  while (!markers_.empty()) {
     Marker& oldest = markers_.front();
     bool finished = true;
     for (size_t i = 0; i < devices_.size() && finished; ++i) {
@@ -121,6 +130,21 @@ std::string NcclWatchdog::check(clock_type::time_point now) {
     markers_.pop_front();
     last_progress_ = now;
   }
+  return "";
+}
+
+// Called with mutex_ held.
+std::string NcclWatchdog::check(clock_type::time_point now) {
+  if (watch_comms_)
+    for (size_t i = 0; i < comms_.size(); ++i) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comms_[i], &state) == ncclSuccess && state != ncclSuccess &&
+          state != ncclInProgress)
+        return describe("the communicator on " + devices_[i]->info().id() + " failed: " +
+                        cuda::describe_status(state));
+    }
+  const std::string failed = reap_finished(now);
+  if (!failed.empty()) return failed;
   if (timeout_s_ <= 0) return "";
   const auto seconds = [&](clock_type::time_point since) {
     return std::chrono::duration<double>(now - since).count();

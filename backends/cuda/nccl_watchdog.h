@@ -35,7 +35,8 @@ class NcclWatchdog {
 
   void set_step(int64_t step) { step_ = step; }
   // A marker after everything queued so far on the compute streams; skipped while a stream is
-  // being captured (the marker would be recorded into the graph) and when many are pending.
+  // being captured (the marker would be recorded into the graph); with many unfinished ones
+  // pending, the newest is moved forward instead.
   void mark();
   // Around each host call into NCCL: one blocked past the timeout is a failure too.
   void enter_nccl();
@@ -53,6 +54,7 @@ class NcclWatchdog {
   };
   void watch();
   std::string check(std::chrono::steady_clock::time_point now);  // a failure, or empty
+  std::string reap_finished(std::chrono::steady_clock::time_point now);
   std::string describe(const std::string& problem) const;
 
   std::vector<cuda::CudaDevice*> devices_;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks how `mpirun -np 2 trident train` on the CPU backend ends when something goes wrong: a
+# Checks how `mpirun -np 2 trident train` on the CPU backend (or TRIDENT_MPI_BACKEND=cuda: one GPU
+# per rank, NCCL) ends when something goes wrong: a
 # rank that fails mid-run, a rank stopped with SIGSTOP, a rank killed, processes started with
 # different settings, and a launcher whose processes cannot join (Slurm variables without srun).
 # Every case must end the whole job promptly, non-zero, with a message naming the problem.
@@ -22,7 +23,8 @@ data=${TRIDENT_DATA:-/usr/share/datasets/fashion-mnist}
 if [ ! -e "$data/train-images-idx3-ubyte" ] && [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
   echo "run_mpi_failure_check: no data set at $data: skipped"; exit 77
 fi
-export TRIDENT_DATA="$data" TRIDENT_BACKEND=cpu TRIDENT_COLLECTIVE_TIMEOUT_S=$timeout_s
+export TRIDENT_DATA="$data" TRIDENT_BACKEND=${TRIDENT_MPI_BACKEND:-cpu}
+export TRIDENT_COLLECTIVE_TIMEOUT_S=$timeout_s
 unset TRIDENT_DEVICES TRIDENT_CPU_DEVICES TRIDENT_TEST_FAIL_AT_STEP
 
 quick=(train --model mlp --batch 100 --train-limit 800 --test-limit 200)
