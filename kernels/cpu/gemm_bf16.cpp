@@ -157,41 +157,37 @@ bool amx_usable() {
 
 // tile = strip a (kMR rows) x panel b (kNR columns) over `pairs` K pairs. The accumulators are
 // named variables: GCC keeps an array of vectors in memory across the loop.
+// clang-format off
 TRIDENT_BF16_TARGET void micro(const uint32_t* a, const uint32_t* b, int64_t pairs, Tile& tile) {
 #define TRIDENT_ACC(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
-  TRIDENT_ACC(0)
-  TRIDENT_ACC(1)
-  TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5) TRIDENT_ACC(6) TRIDENT_ACC(7)
-      TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
+  TRIDENT_ACC(0) TRIDENT_ACC(1) TRIDENT_ACC(2) TRIDENT_ACC(3) TRIDENT_ACC(4) TRIDENT_ACC(5)
+  TRIDENT_ACC(6) TRIDENT_ACC(7) TRIDENT_ACC(8) TRIDENT_ACC(9) TRIDENT_ACC(a) TRIDENT_ACC(b)
 #undef TRIDENT_ACC
 #pragma GCC unroll 2
-          for (int64_t q = 0; q < pairs; ++q) {
+  for (int64_t q = 0; q < pairs; ++q) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * kNR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + q * kNR + 16);
     const uint32_t* aq = a + q * kMR;
-#define TRIDENT_ROW(i, r)                                        \
-  {                                                              \
-    const __m512bh av = (__m512bh)_mm512_set1_epi32(int(aq[i])); \
-    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                 \
-    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                 \
+#define TRIDENT_ROW(i, r)                                                   \
+  {                                                                         \
+    const __m512bh av = (__m512bh)_mm512_set1_epi32(int(aq[i]));            \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                            \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                            \
   }
-    TRIDENT_ROW(0, 0)
-    TRIDENT_ROW(1, 1)
-    TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3) TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5) TRIDENT_ROW(6, 6)
-        TRIDENT_ROW(7, 7) TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a)
-            TRIDENT_ROW(11, b)
+    TRIDENT_ROW(0, 0) TRIDENT_ROW(1, 1) TRIDENT_ROW(2, 2) TRIDENT_ROW(3, 3)
+    TRIDENT_ROW(4, 4) TRIDENT_ROW(5, 5) TRIDENT_ROW(6, 6) TRIDENT_ROW(7, 7)
+    TRIDENT_ROW(8, 8) TRIDENT_ROW(9, 9) TRIDENT_ROW(10, a) TRIDENT_ROW(11, b)
 #undef TRIDENT_ROW
   }
-#define TRIDENT_STORE(i, r)               \
-  _mm512_storeu_ps(&tile[i][0], c##r##0); \
+#define TRIDENT_STORE(i, r)                      \
+  _mm512_storeu_ps(&tile[i][0], c##r##0);        \
   _mm512_storeu_ps(&tile[i][16], c##r##1);
-  TRIDENT_STORE(0, 0)
-  TRIDENT_STORE(1, 1)
-  TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3) TRIDENT_STORE(4, 4) TRIDENT_STORE(5, 5)
-      TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7) TRIDENT_STORE(8, 8) TRIDENT_STORE(9, 9)
-          TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
+  TRIDENT_STORE(0, 0) TRIDENT_STORE(1, 1) TRIDENT_STORE(2, 2) TRIDENT_STORE(3, 3)
+  TRIDENT_STORE(4, 4) TRIDENT_STORE(5, 5) TRIDENT_STORE(6, 6) TRIDENT_STORE(7, 7)
+  TRIDENT_STORE(8, 8) TRIDENT_STORE(9, 9) TRIDENT_STORE(10, a) TRIDENT_STORE(11, b)
 #undef TRIDENT_STORE
 }
+// clang-format on
 #endif
 
 struct Store {
