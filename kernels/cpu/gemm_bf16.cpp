@@ -333,7 +333,8 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   uint32_t* const packed_b = packed_a + blocks * block_words;
   TsanForkJoin edges;  // (both loops)
   tbb::parallel_for(
-      tbb::blocked_range<int64_t>(0, blocks + panels),
+      // K = 0: nothing to pack (A and B may be null); the tiles stay zero.
+      tbb::blocked_range<int64_t>(0, pairs > 0 ? blocks + panels : 0),
       edges.around([&](const tbb::blocked_range<int64_t>& r) {
         for (int64_t t = r.begin(); t != r.end(); ++t) {
           if (t < blocks)
