@@ -16,7 +16,7 @@
 // tiles, fed by two A tiles (16 rows x 16 pairs, A packed row by row: words [32 rows][pairs]) and
 // two B tiles (16 pairs x 16 columns of the same [pairs][32] panels), TDPBF16PS per 16 pairs; K
 // padded with zero pairs to a multiple of 16. On a 2-core Xeon VM it ran bf16 GEMMs of n = 1024
-// 4-5x faster than VDPBF16PS, which issues no faster there than the float32 FMAs of sgemm.
+// and 2048 4-5x faster than VDPBF16PS, which issues no faster there than sgemm's float32 FMAs.
 #include "trident/kernels/cpu/gemm_bf16.h"
 
 #include <tbb/blocked_range2d.h>
@@ -297,6 +297,36 @@ std::vector<uint32_t>& packing_buffer(size_t words) {
   return buffer;
 }
 
+struct Packed {
+  const uint32_t* a;  // blocks of a_words: rows of op(A), as the micro-kernel takes them
+  const uint32_t* b;  // panels of kNR columns of op(B), words [pairs][kNR] each
+};
+
+// Both micro-kernels' operands, packed in parallel into the calling thread's buffer:
+// pack_a(block, dst) packs block `block` of op(A); the panels of op(B) are pack_pairs'. With
+// pairs = 0 (K = 0) nothing is packed: A and B may be null.
+template <class PackA>
+Packed pack_operands(int64_t blocks, int64_t a_words, const PackA& pack_a, bool trans_b,
+                     int64_t N, int64_t K, const uint16_t* B, int64_t ldb, int64_t pairs,
+                     TsanForkJoin& edges) {
+  const int64_t panels = (N + kNR - 1) / kNR, panel_words = pairs * kNR;
+  std::vector<uint32_t>& buffer = packing_buffer(size_t(blocks * a_words + panels * panel_words));
+  uint32_t* const packed_a = buffer.data();
+  uint32_t* const packed_b = packed_a + blocks * a_words;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, pairs > 0 ? blocks + panels : 0),
+                    edges.around([&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t t = r.begin(); t != r.end(); ++t) {
+                        if (t < blocks)
+                          pack_a(t, packed_a + t * a_words);
+                        else  // columns of op(B): B[p, j] or B[j, p]
+                          pack_pairs(B, trans_b ? ldb : 1, trans_b ? 1 : ldb, N, K,
+                                     (t - blocks) * kNR, kNR, pairs,
+                                     packed_b + (t - blocks) * panel_words);
+                      }
+                    }));
+  return {packed_a, packed_b};
+}
+
 }  // namespace
 
 bool cpu_has_avx512_bf16() {
@@ -327,24 +357,14 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   const int64_t pairs = (K + 2 * kAmxPairs - 1) / (2 * kAmxPairs) * kAmxPairs;
   const int64_t blocks = (M + kAmxRows - 1) / kAmxRows, panels = (N + kNR - 1) / kNR;
   const int64_t block_words = pairs * kAmxRows, panel_words = pairs * kNR;
-  std::vector<uint32_t>& buffer = packing_buffer(
-      size_t(blocks * block_words + panels * panel_words));
-  uint32_t* const packed_a = buffer.data();
-  uint32_t* const packed_b = packed_a + blocks * block_words;
   TsanForkJoin edges;  // (both loops)
-  tbb::parallel_for(
-      // K = 0: nothing to pack (A and B may be null); the tiles stay zero.
-      tbb::blocked_range<int64_t>(0, pairs > 0 ? blocks + panels : 0),
-      edges.around([&](const tbb::blocked_range<int64_t>& r) {
-        for (int64_t t = r.begin(); t != r.end(); ++t) {
-          if (t < blocks)
-            pack_pair_rows(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kAmxRows, kAmxRows,
-                           pairs, packed_a + t * block_words);
-          else
-            pack_pairs(B, trans_b ? ldb : 1, trans_b ? 1 : ldb, N, K, (t - blocks) * kNR, kNR,
-                       pairs, packed_b + (t - blocks) * panel_words);
-        }
-      }));
+  const Packed packed = pack_operands(
+      blocks, block_words,
+      [&](int64_t t, uint32_t* dst) {  // rows of op(A), each a run of pairs
+        pack_pair_rows(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kAmxRows, kAmxRows,
+                       pairs, dst);
+      },
+      trans_b, N, K, B, ldb, pairs, edges);
   tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, blocks, 2, 0, panels, 4),
                     edges.around([&](const tbb::blocked_range2d<int64_t>& r) {
                       alignas(64) AmxTile tile;
@@ -352,7 +372,7 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                       amx_begin(config);  // per task: the tile configuration is the thread's
                       for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
                         for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
-                          micro_amx(packed_a + s * block_words, packed_b + p * panel_words, pairs,
+                          micro_amx(packed.a + s * block_words, packed.b + p * panel_words, pairs,
                                     tile);
                           store(tile, int(std::min<int64_t>(kAmxRows, M - s * kAmxRows)),
                                 int(std::min<int64_t>(kNR, N - p * kNR)), s * kAmxRows, p * kNR);
@@ -376,23 +396,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   const int64_t pairs = (K + 1) / 2;
   const int64_t strips = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
   const int64_t strip_words = pairs * kMR, panel_words = pairs * kNR;
-  std::vector<uint32_t>& buffer = packing_buffer(
-      size_t(strips * strip_words + panels * panel_words));
-  uint32_t* const packed_a = buffer.data();
-  uint32_t* const packed_b = packed_a + strips * strip_words;
   TsanForkJoin edges;  // (both loops)
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, strips + panels),
-                    edges.around([&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t t = r.begin(); t != r.end(); ++t) {
-                        if (t < strips)  // rows of op(A): A[i, p] or A[p, i]
-                          pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR, kMR,
-                                     pairs, packed_a + t * strip_words);
-                        else  // columns of op(B): B[p, j] or B[j, p]
-                          pack_pairs(B, trans_b ? ldb : 1, trans_b ? 1 : ldb, N, K,
-                                     (t - strips) * kNR, kNR, pairs,
-                                     packed_b + (t - strips) * panel_words);
-                      }
-                    }));
+  const Packed packed = pack_operands(
+      strips, strip_words,
+      [&](int64_t t, uint32_t* dst) {  // rows of op(A): A[i, p] or A[p, i]
+        pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR, kMR, pairs, dst);
+      },
+      trans_b, N, K, B, ldb, pairs, edges);
   const Store store{alpha, beta, C, c_bf16, ldc, epilogue};
   // Tasks of up to 4 strips x 4 panels: a panel stays in L2 while the strips pass over it.
   tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, strips, 4, 0, panels, 4),
@@ -400,7 +410,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                       alignas(64) Tile tile;
                       for (int64_t p = r.cols().begin(); p != r.cols().end(); ++p)
                         for (int64_t s = r.rows().begin(); s != r.rows().end(); ++s) {
-                          micro(packed_a + s * strip_words, packed_b + p * panel_words, pairs,
+                          micro(packed.a + s * strip_words, packed.b + p * panel_words, pairs,
                                 tile);
                           store(tile, int(std::min<int64_t>(kMR, M - s * kMR)),
                                 int(std::min<int64_t>(kNR, N - p * kNR)), s * kMR, p * kNR);
