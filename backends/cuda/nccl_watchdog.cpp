@@ -55,11 +55,11 @@ void NcclWatchdog::mark() {
   std::vector<cudaEvent_t> events;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Steps faster than the watchdog's 100 ms poll fill the queue with finished markers: reap
-    // them here. Skipping the new marker instead left the work queued after a full queue
-    // unwatched: with a rank stopped, the finished markers were reaped, none was pending, and
-    // the stall was never reported (2 H200s, mpirun -np 2, steps of 80 us).
-    (void)reap_finished(clock_type::now());
+    // Steps faster than the watchdog's 100 ms poll fill the queue with finished markers: a full
+    // queue is reaped here. Skipping the new marker instead left the work queued after a full
+    // queue unwatched: with a rank stopped, the finished markers were reaped, none was pending,
+    // and the stall was never reported (2 H200s, mpirun -np 2, steps of 80 us).
+    if (markers_.size() >= kMostPendingMarkers) (void)reap_finished(clock_type::now());
     if (markers_.size() >= kMostPendingMarkers) {
       // Still full of unfinished ones: the newest follows the work queued since.
       Marker& newest = markers_.back();
