@@ -48,6 +48,14 @@ class Collective {
     (void)count;
     throw Error(name() + ": no per-device sums (use all_reduce_sum from one thread)");
   }
+  // Per-device use in buckets (where overlaps()): the thread of device i starts device i's
+  // part of the sum of one range and returns at once where it can; finish_all_reduces_device(i)
+  // makes device i's later work wait for every sum it started. Every device's thread starts the
+  // same ranges in the same order. Here (the default) a start is the whole per-device sum.
+  virtual void start_all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) {
+    all_reduce_sum_device(index, buffer, count);
+  }
+  virtual void finish_all_reduces_device(size_t index) { (void)index; }
 
   // The training step (1-based, counted over the whole run) whose work is queued next. Messages
   // of a timeout name it; a collective that queues work on devices (NCCL) also marks here the
@@ -58,6 +66,12 @@ class Collective {
   // destroyed, since peers may never match what is queued and a finalize would wait for them
   // forever. Later sums throw. Idempotent; the default (nothing pending between calls) is empty.
   virtual void abort() {}
+  // Throws the failure found since the last call, if any: a watchdog that gave up on the other
+  // ranks aborts the communicators, which lets this process's host waits return with whatever
+  // the aborted sums left in the buffers. Called after the host reads results (an epoch's
+  // losses, the test set's), so that those are never reported. Default: failures are thrown
+  // where they happen, nothing is left to find.
+  virtual void throw_if_failed() const {}
 };
 
 // A collective that waited longer than TRIDENT_COLLECTIVE_TIMEOUT_S for the other ranks; the

@@ -76,7 +76,9 @@ class GradientAllReduce final : public SyncStrategy {
     switch (plan_) {
       case AllReducePlan::whole_step: return "gradient all-reduce, one captured step";
       case AllReducePlan::per_replica:
-        return "gradient all-reduce, a captured step per device";
+        return buckets_ ? "gradient all-reduce in buckets during backward, a captured step per "
+                          "device"
+                        : "gradient all-reduce, a captured step per device";
       case AllReducePlan::bucketed: return "gradient all-reduce in buckets during backward";
       case AllReducePlan::after_backward: return "gradient all-reduce after backward";
     }
@@ -101,10 +103,14 @@ class GradientAllReduce final : public SyncStrategy {
         return;
       case AllReducePlan::per_replica:
         workers.run([&](size_t i) {
-          steps.run_step(i, [&steps, i] {
+          steps.run_step(i, [this, &steps, i] {
             steps.forward(i);
-            steps.backward(i);
-            steps.sum_gradients_of(i);
+            if (buckets_) {
+              steps.backward_in_buckets(i);
+            } else {
+              steps.backward(i);
+              steps.sum_gradients_of(i);
+            }
             steps.update(i);
           }, capture_);
         });

@@ -57,6 +57,9 @@ class ReplicaSteps {
   virtual void sum_gradients() = 0;
   // Replica i's part of the gradient sum, from replica i's thread (a per-device collective).
   virtual void sum_gradients_of(size_t i) = 0;
+  // Backward of replica i from its own thread, its part of the gradient sum started in buckets
+  // (a per-device collective that overlaps).
+  virtual void backward_in_buckets(size_t i) = 0;
   // Every replica's weights and optimizer state replaced by their average over all replicas,
   // weighted by each replica's share of the global batch.
   virtual void average_weights() = 0;
@@ -87,11 +90,12 @@ enum class AllReducePlan : uint8_t {
   whole_step,   // one local replica: forward, backward, the sum (if any) and the update as one
                 // step, captured (the collective inside it where there are other processes)
   per_replica,  // several local replicas, each its own thread and captured step with its part
-                // of a per-device collective inside (NCCL)
+                // of a per-device collective inside (NCCL), in buckets where it overlaps
   bucketed,     // one thread queues every replica's backward, sums started in buckets (NCCL)
   after_backward,  // every replica's forward and backward on its thread, one sum, updates
 };
-// buckets: the whole step's backward starts its sums in buckets (a collective that overlaps).
+// buckets (whole_step, per_replica): backward starts its sums in buckets (a collective that
+// overlaps).
 std::unique_ptr<SyncStrategy> make_gradient_all_reduce(AllReducePlan plan, bool capture,
                                                        bool buckets = false);
 std::unique_ptr<SyncStrategy> make_model_averaging(int64_t every, bool capture);

@@ -419,6 +419,7 @@ void Trainer::choose_strategy() {
     buckets = overlap_;
   } else if (collective_->per_device() && collective_->capturable()) {
     plan = AllReducePlan::per_replica;
+    buckets = overlap_;
   } else if (overlap_) {
     plan = AllReducePlan::bucketed;
   }
@@ -555,34 +556,56 @@ void Trainer::run_step(size_t i, const std::function<void()>& step, bool capture
   ++r.steps_run;
 }
 
-// Backward through every replica's network layer by layer from the top (one host thread queues
-// all of it: GPU calls return at once), starting the sum of each bucket of finished gradients
-// while the layers below are still being differentiated. Parameters lie in layer order, so the
-// finished gradients are always the buffer's tail [begin of the last layer done, count): a
-// bucket is its part not yet started. finish_all_reduces joins the sums before the update.
-void Trainer::backward_all_in_buckets() {
-  const Network& first = replicas_[0]->net;
+// Backward through the networks of the replicas `which` layer by layer from the top (one host
+// thread queues all of it: GPU calls return at once), calling start(begin, count) for each bucket
+// of finished gradients while the layers below are still being differentiated. Parameters lie in
+// layer order, so the finished gradients are always the buffer's tail [begin of the last layer
+// done, count): a bucket is its part not yet started.
+void Trainer::backward_in_buckets_of(const std::vector<size_t>& which,
+                                     const std::function<void(int64_t, int64_t)>& start) {
+  const Network& first = replicas_[which.front()]->net;
   std::vector<StepContext> contexts;
-  for (auto& r : replicas_) contexts.push_back(r->context(true, r->offset, options_.seed));
+  for (size_t k : which)
+    contexts.push_back(replicas_[k]->context(true, replicas_[k]->offset, options_.seed));
   int64_t unsummed_end = first.parameter_count();  // gradients at and past it are started
-  std::vector<DeviceMemory> bucket(replicas_.size());
   for (size_t i = first.layer_count(); i-- > 0;) {
-    for (size_t k = 0; k < replicas_.size(); ++k)
-      replicas_[k]->net.backward_layer_parameters(contexts[k], i);
+    for (size_t j = 0; j < which.size(); ++j)
+      replicas_[which[j]]->net.backward_layer_parameters(contexts[j], i);
     const int64_t begin = first.layer_parameters(i).begin;
     const int64_t count = unsummed_end - begin;
     if (count > 0 && (count * int64_t(sizeof(float)) >= bucket_bytes_ || i == 0)) {
-      for (size_t k = 0; k < replicas_.size(); ++k)
-        bucket[k] = replicas_[k]->net.gradients().memory().at(static_cast<size_t>(begin) *
-                                                              sizeof(float));
-      collective_->start_all_reduce_sum(bucket, count);
+      start(begin, count);
       unsummed_end = begin;
     }
     // dx of layer i: queued after the bucket's start, so the sum runs beside it.
-    for (size_t k = 0; k < replicas_.size(); ++k)
-      replicas_[k]->net.backward_layer_input(contexts[k], i);
+    for (size_t j = 0; j < which.size(); ++j)
+      replicas_[which[j]]->net.backward_layer_input(contexts[j], i);
   }
+}
+
+DeviceMemory Trainer::gradients_from(size_t replica, int64_t begin) const {
+  return replicas_[replica]->net.gradients().memory().at(static_cast<size_t>(begin) *
+                                                         sizeof(float));
+}
+
+// Every replica from this thread; finish_all_reduces joins the sums before the update.
+void Trainer::backward_all_in_buckets() {
+  std::vector<size_t> all(replicas_.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = k;
+  std::vector<DeviceMemory> bucket(replicas_.size());
+  backward_in_buckets_of(all, [&](int64_t begin, int64_t count) {
+    for (size_t k = 0; k < replicas_.size(); ++k) bucket[k] = gradients_from(k, begin);
+    collective_->start_all_reduce_sum(bucket, count);
+  });
   collective_->finish_all_reduces();
+}
+
+// Replica i from its own thread (every replica's thread starts the same buckets in order).
+void Trainer::backward_in_buckets(size_t i) {
+  backward_in_buckets_of({i}, [&](int64_t begin, int64_t count) {
+    collective_->start_all_reduce_sum_device(i, gradients_from(i, begin), count);
+  });
+  collective_->finish_all_reduces_device(i);
 }
 
 // The average of every replica's weights and optimizer state, each replica weighted by its
@@ -638,6 +661,7 @@ EpochStats Trainer::train_epoch(const std::function<void(const Progress&)>& on_p
       loss_sum += replica_sum * static_cast<double>(r->share);
     }
   }
+  collective_->throw_if_failed();  // losses read after an abort are garbage: never report them
   for (auto& r : replicas_) r->net.set_batches_tracked(global_step_);
   EpochStats stats;
   stats.epoch = epoch;
@@ -681,6 +705,7 @@ EvalStats Trainer::evaluate() {
     stats.loss = loss_sum.to_host()[0] / static_cast<double>(test_count_);
     stats.accuracy = correct.to_host()[0] / static_cast<double>(test_count_);
   }
+  collective_->throw_if_failed();  // weights an aborted sum left behind evaluate to garbage
   return stats;
 }
 

@@ -156,11 +156,17 @@ class Trainer : private ReplicaSteps {
   void forward(size_t i) override;
   void backward(size_t i) override;
   void backward_all_in_buckets() override;
+  void backward_in_buckets(size_t i) override;
   void update(size_t i) override;
   void sum_gradients() override;
   void sum_gradients_of(size_t i) override;
   void average_weights() override;
   void run_step(size_t i, const std::function<void()>& step, bool capture) override;
+  // Backward of the replicas `which`, start(begin, count) called for each bucket of finished
+  // gradients (see trainer.cpp).
+  void backward_in_buckets_of(const std::vector<size_t>& which,
+                              const std::function<void(int64_t, int64_t)>& start);
+  DeviceMemory gradients_from(size_t replica, int64_t begin) const;  // gradient buffer at begin
 
   TrainOptions options_;
   Precision precision_ = Precision::fp32;

@@ -142,22 +142,27 @@ for stage in "$@"; do
         tail -n 3 "$OUT/multi_$name.log"
         return 0
       }
-      # compare NAME_A NAME_B: the last epoch's losses of two runs (JSON lines in their logs).
+      # compare NAME_A NAME_B BOUND: the last epoch's losses of two runs (JSON lines in their
+      # logs) must agree within BOUND (relative). The 2-GPU runs sum two halves' gradients where
+      # one GPU sums the whole batch: the MLP stays within 1e-6, but the CNN's ReLUs and max-pools
+      # turn that rounding into different choices, and 2 epochs carry it to ~3e-3 (measured on
+      # 2x H200: 2.7e-3; the two 2-GPU runs agree with each other exactly).
       compare() {
-        local a b
+        local a b bound=$3
         a=$(grep '^{' "$OUT/multi_$1.log" | tail -n 1)
         b=$(grep '^{' "$OUT/multi_$2.log" | tail -n 1)
         if [ -z "$a" ] || [ -z "$b" ]; then
           record "   compare $1 / $2: FAIL (no result from one of them)"
           return 0
         fi
-        python3 - "$1" "$a" "$2" "$b" <<'PY' | tee -a "$summary"
+        python3 - "$1" "$a" "$2" "$b" "$bound" <<'PY' | tee -a "$summary"
 import json, sys
 na, a, nb, b = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+bound = float(sys.argv[5])
 worst = max(abs(a[k] - b[k]) / max(abs(b[k]), 1e-6) for k in ("train_loss", "test_loss"))
 print("   compare %s / %s: train loss %.6f / %.6f, test loss %.6f / %.6f, relative %.2e: %s"
       % (na, nb, a["train_loss"], b["train_loss"], a["test_loss"], b["test_loss"], worst,
-         "PASS" if worst <= 2e-3 else "FAIL (more than 2e-3)"))
+         "PASS" if worst <= bound else "FAIL (more than %g)" % bound))
 PY
       }
       gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
@@ -175,8 +180,9 @@ PY
         # One process per GPU; no list: each rank opens and trains on GPU local_rank alone.
         run_step mpirun_mlp 600 "${launch[@]}" "${dp[@]}" --model mlp
         run_step mpirun_cnn 600 "${launch[@]}" "${dp[@]}" --model cnn
-        compare dp2_mlp dp1_mlp; compare dp2_cnn dp1_cnn
-        compare mpirun_mlp dp1_mlp; compare mpirun_cnn dp1_cnn
+        compare dp2_mlp dp1_mlp 1e-5; compare dp2_cnn dp1_cnn 1e-2
+        compare mpirun_mlp dp1_mlp 1e-5; compare mpirun_cnn dp1_cnn 1e-2
+        compare mpirun_cnn dp2_cnn 1e-6  # one process or two: the same sums
         [ "${SCALING:-1}" = 1 ] &&  # SCALING=0: not the weak-scaling bench
           run_step scaling 1200 python3 bench/run_bench.py --bench "$BIN/trident_bench" --scaling \
             --devices cuda:all --results-dir "$OUT"

@@ -4,6 +4,7 @@
 // would have met on GPUs: recordings still holding it (NCCL's finalize waits for them forever),
 // or peers that will never come while it was not aborted (the finalize waits for them too).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -24,6 +25,9 @@ struct TeardownReport {
   bool peers_gone = false;      // set by a test: the other ranks failed and will match nothing
   bool aborted = false;
   bool destroyed = false;
+  // Set by a test: what a watchdog thread found meanwhile (it aborted the communicators, so the
+  // host's waits returned over garbage); throw_if_failed() throws it.
+  std::string watchdog_failure;
   long recordings_alive_at_destruction = -1;
   // Where NCCL's ncclCommFinalize would have waited forever.
   bool finalize_would_hang() const {
@@ -84,6 +88,9 @@ class TeardownCheckingCollective : public Collective {
   std::string name() const override { return "teardown-checking"; }
   bool capturable() const override { return true; }
   void abort() override { report_.aborted = true; }
+  void throw_if_failed() const override {
+    if (!report_.watchdog_failure.empty()) throw CollectiveTimeout(report_.watchdog_failure);
+  }
 
   void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
     if (report_.aborted) throw std::logic_error("a sum after abort()");
@@ -147,7 +154,12 @@ class PerDeviceCollective : public Collective {
   std::string name() const override { return "per-device (test)"; }
   bool capturable() const override { return true; }
   bool per_device() const override { return true; }
-  int per_device_calls = 0;
+  // overlapping: claim to overlap, as NCCL does, so that the trainer starts sums in buckets.
+  bool overlapping = false;
+  bool overlaps() const override { return overlapping; }
+  int per_device_calls = 0;  // parts of sums handed in, over all devices
+  std::atomic<int> finishes{0};
+  void finish_all_reduces_device(size_t) override { ++finishes; }
 
   void all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
     const size_t n = static_cast<size_t>(count);

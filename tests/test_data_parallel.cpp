@@ -816,6 +816,35 @@ TEST_CASE("data parallel: a trainer unwinding from a failure aborts its collecti
   }
 }
 
+// A watchdog that gives up on the other ranks aborts the communicators, and the host's waits
+// return over whatever the aborted sums left (2 H200s, a rank stopped with SIGSTOP: an epoch of
+// "train loss 1309861248" was printed before the process ended). What the host reads after a
+// failure must never be reported.
+TEST_CASE("data parallel: results read after a collective failed are not reported",
+          "[data-parallel][teardown]") {
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  const std::string failure = "watchdog: the queued work has not finished for 5 s";
+  SECTION("an epoch's losses") {
+    TeardownRig rig("mlp");
+    Trainer trainer({&rig.device}, model_of(rig.options), data, rig.options);
+    const int64_t steps = trainer.steps_per_epoch();
+    CHECK_THROWS_WITH(trainer.train_epoch(
+                          [&](const Progress& p) {
+                            if (p.step == steps) rig.report.watchdog_failure = failure;
+                          },
+                          0.0),
+                      Catch::Contains(failure));
+  }
+  SECTION("the test set's loss and accuracy") {
+    TeardownRig rig("mlp");
+    Trainer trainer({&rig.device}, model_of(rig.options), data, rig.options);
+    trainer.train_epoch();
+    CHECK_NOTHROW(trainer.evaluate());
+    rig.report.watchdog_failure = failure;
+    CHECK_THROWS_AS(trainer.evaluate(), CollectiveTimeout);
+  }
+}
+
 TEST_CASE("data parallel: a backend's multi-process collective is chosen through its hook",
           "[data-parallel][collective]") {
   auto registry = cpu_registry(2);
@@ -940,6 +969,45 @@ TEST_CASE("data parallel: with a per-device collective every device runs its own
       CHECK(b.captures == 1);
       CHECK(*a.replays == 7);
       CHECK(collective->per_device_calls == 16);  // every step, every device
+      CHECK(pair_loss == Approx(one_loss).epsilon(1e-5));
+      CHECK(relative_max_error(pair.network().parameters().to_host(),
+                               one.network().parameters().to_host()) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("data parallel: a per-device collective that overlaps gets its sums in buckets during "
+          "each device's backward, and the run equals one device", "[data-parallel][per-device]") {
+  const DatasetSplits data = trident::testing::small_splits(800, 100);
+  for (const std::string model : {"mlp", "cnn"}) {
+    DYNAMIC_SECTION(model) {
+      const TestOptions o = small_options(model);  // 8 steps of 100
+      auto registry = cpu_registry(1);
+      Trainer one({registry->all_devices()[0]}, model_of(o), data, o);
+      const double one_loss = one.train_epoch().train_loss;
+      trident::testing::ReplayingCpuDevice a(0), b(1);
+      trident::testing::PerDeviceCollective* collective = nullptr;
+      TestOptions two = o;
+      two.bucket_bytes = 1;  // a bucket per layer with parameters
+      two.collective = [&](const std::vector<Device*>& devices) {
+        auto c = std::make_unique<trident::testing::PerDeviceCollective>(devices);
+        c->overlapping = true;
+        collective = c.get();
+        return std::unique_ptr<Collective>(std::move(c));
+      };
+      Trainer pair({&a, &b}, model_of(two), data, two);
+      CHECK_THAT(pair.sync_description(), Catch::Contains("in buckets during backward") &&
+                                              Catch::Contains("a captured step per device"));
+      const double pair_loss = pair.train_epoch().train_loss;
+      CHECK(a.captures == 1);
+      CHECK(*a.replays == 7);
+      size_t layers_with_parameters = 0;
+      for (size_t i = 0; i < pair.network().layer_count(); ++i)
+        layers_with_parameters += pair.network().layer_parameters(i).count() > 0 ? 1 : 0;
+      REQUIRE(layers_with_parameters > 1);
+      // Every step, every device: a part per layer with parameters, and one join.
+      CHECK(collective->per_device_calls == 16 * static_cast<int>(layers_with_parameters));
+      CHECK(collective->finishes == 16);
       CHECK(pair_loss == Approx(one_loss).epsilon(1e-5));
       CHECK(relative_max_error(pair.network().parameters().to_host(),
                                one.network().parameters().to_host()) < 1e-4);

@@ -149,21 +149,32 @@ class NcclCollective : public Collective {
   // shared lock is held across the call: a thread waiting for another's call would deadlock.
   bool per_device() const override { return devices_.size() > 1; }
   void all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) override {
-    throw_if_failed();
-    if (index >= devices_.size())
-      throw Error("all_reduce_sum_device: no device " + std::to_string(index) + " in " + names_);
+    check_index(index);
     if (count <= 0) return;
+    devices_[index]->make_current();
+    all_reduce_on(index, buffer, count, devices_[index]->stream());
+  }
+  // The same in buckets, each on device index's communication stream (no shared state between
+  // the devices' threads but the streams, made once).
+  void start_all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) override {
+    check_index(index);
+    if (count <= 0) return;
+    std::call_once(side_streams_made_, [this] { create_side_streams(); });
     CudaDevice* d = devices_[index];
     d->make_current();
-    float* data = reinterpret_cast<float*>(static_cast<char*>(buffer.handle) + buffer.offset);
-    const ncclResult_t result = ncclAllReduce(data, data, static_cast<size_t>(count),
-                                              ncclFloat32, ncclSum, comms_[index], d->stream());
-    if (result == ncclSuccess) return;
-    {
-      std::lock_guard<std::mutex> lock(nccl_mutex_);
-      abort_locked();
-    }
-    TRIDENT_CUDA_CHECK(result, d->ordinal());
+    TRIDENT_CUDA_CHECK(cudaEventRecord(ready_[index], d->stream()), d->ordinal());
+    TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(side_[index], ready_[index], 0), d->ordinal());
+    all_reduce_on(index, buffer, count, side_[index]);
+    started_on_device_[index] = 1;
+  }
+  void finish_all_reduces_device(size_t index) override {
+    check_index(index);
+    if (!started_on_device_[index]) return;
+    CudaDevice* d = devices_[index];
+    d->make_current();
+    TRIDENT_CUDA_CHECK(cudaEventRecord(done_[index], side_[index]), d->ordinal());
+    TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(d->stream(), done_[index], 0), d->ordinal());
+    started_on_device_[index] = 0;
   }
 
   // Bucketed use, to overlap the sum with the rest of backward. start_all_reduce_sum queues the
@@ -175,7 +186,7 @@ class NcclCollective : public Collective {
   void start_all_reduce_sum(const std::vector<DeviceMemory>& buffers, int64_t count) override {
     check_buffers(buffers);
     if (count <= 0) return;
-    create_side_streams();
+    std::call_once(side_streams_made_, [this] { create_side_streams(); });
     for (size_t i = 0; i < devices_.size(); ++i) {
       const int ordinal = devices_[i]->ordinal();
       devices_[i]->make_current();
@@ -197,17 +208,35 @@ class NcclCollective : public Collective {
     watchdog_->mark();
   }
 
+  void throw_if_failed() const override {
+    const std::string failure = watchdog_->failure();
+    if (!failure.empty()) throw CollectiveTimeout(failure);
+    if (aborted_) throw Error("NCCL on " + names_ + ": the communicators were aborted");
+  }
+
  private:
+  void check_index(size_t index) const {
+    throw_if_failed();
+    if (index >= devices_.size())
+      throw Error("all_reduce_sum_device: no device " + std::to_string(index) + " in " + names_);
+  }
+  // Device index's part of a per-device sum, on `stream` (device index current).
+  void all_reduce_on(size_t index, DeviceMemory buffer, int64_t count, cudaStream_t stream) {
+    float* data = reinterpret_cast<float*>(static_cast<char*>(buffer.handle) + buffer.offset);
+    const ncclResult_t result = ncclAllReduce(data, data, static_cast<size_t>(count),
+                                              ncclFloat32, ncclSum, comms_[index], stream);
+    if (result == ncclSuccess) return;
+    {
+      std::lock_guard<std::mutex> lock(nccl_mutex_);
+      abort_locked();
+    }
+    TRIDENT_CUDA_CHECK(result, devices_[index]->ordinal());
+  }
   void check_buffers(const std::vector<DeviceMemory>& buffers) const {
     throw_if_failed();
     if (buffers.size() != devices_.size())
       throw Error("all_reduce_sum: " + std::to_string(buffers.size()) + " buffers for " +
                   std::to_string(devices_.size()) + " devices (" + names_ + ")");
-  }
-  void throw_if_failed() const {
-    const std::string failure = watchdog_->failure();
-    if (!failure.empty()) throw CollectiveTimeout(failure);
-    if (aborted_) throw Error("NCCL on " + names_ + ": the communicators were aborted");
   }
 
   // Called with nccl_mutex_ held.
@@ -288,6 +317,8 @@ class NcclCollective : public Collective {
   std::vector<cudaStream_t> side_;        // per device: where bucketed sums run
   std::vector<cudaEvent_t> ready_, done_;  // compute -> side, side -> compute
   bool started_ = false;
+  std::once_flag side_streams_made_;
+  std::vector<char> started_on_device_ = std::vector<char>(devices_.size(), 0);  // per device
 };
 
 // Communicators for `cuda` made by `init` (one ncclCommInitAll, or grouped ncclCommInitRank

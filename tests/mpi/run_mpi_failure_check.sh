@@ -84,6 +84,14 @@ stall_rank() {
   fi
   wait "$job" || status=$?
   [ "$status" -ne 0 ] || { cat "$work/$name.out"; fail "$name: the job succeeded"; }
+  # An epoch that spans the stall must not be reported: its losses are what an aborted sum left
+  # (these epochs take well under a second; one of TRIDENT_COLLECTIVE_TIMEOUT_S or more is it).
+  if grep -E "^epoch .* ([0-9]+)\.[0-9]+s " "$work/$name.out" |
+     awk -v t="$timeout_s" '{ for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9.]+s$/ && $i + 0 >= t) f = 1 }
+                            END { exit !f }'; then
+    grep -E "^epoch" "$work/$name.out" | tail -n 3
+    fail "$name: an epoch spanning the stall was reported"
+  fi
   for p in "$@"; do
     grep -qE -- "$p" "$work/$name.out" || { cat "$work/$name.out"; fail "$name: no '$p' in the output"; }
   done
@@ -91,8 +99,15 @@ stall_rank() {
 }
 
 echo "== a stalled rank (SIGSTOP): the other gives up after TRIDENT_COLLECTIVE_TIMEOUT_S"
+if [ "$TRIDENT_BACKEND" = cuda ]; then  # NCCL's watchdog names the step and what it waited for
+  waited="(queued work|call into NCCL).* for (more than )?[0-9]+ s"
+  step="step [0-9]+"
+else
+  waited="waited [0-9]+ s for the other processes"
+  step="of step [0-9]+"
+fi
 stall_rank STOP stalled_rank "process 0 of 2" "TRIDENT_COLLECTIVE_TIMEOUT_S=$timeout_s" \
-  "waited [0-9]+ s for the other processes" "of step [0-9]+"
+  "$waited" "$step"
 echo "== a killed rank (SIGKILL) ends the job"
 stall_rank KILL killed_rank "signal 9|Killed|killed"
 
