@@ -41,6 +41,9 @@ std::vector<Conv2dShape> conv_shapes() {
       conv(9, 3, 10, 10, 4, 3, 3, 1, 1, 1, 1),    // a batch split over several threads
       conv(2, 3, 11, 8, 5, 2, 4, 3, 1, 1, 2),     // every dimension different
       conv(4, 8, 7, 7, 16, 3, 3, 1, 1, 1, 1),     // ResNet's last stage, small
+      // Small images with C*KH*KW >= 128: CUDA's folded layout (one GEMM over all samples)
+      conv(3, 16, 9, 7, 5, 3, 3, 1, 1, 1, 1),
+      conv(2, 24, 11, 10, 6, 3, 5, 2, 1, 1, 2),   // ... with a rectangular kernel and stride
   };
 }
 

@@ -35,7 +35,8 @@ std::vector<Conv2dShape> conv_shapes(DType t) {
           conv(3, 2, 8, 8, 5, 3, 3, 2, 2, 1, 1, t),      // stride 2, padding 1
           conv(1, 2, 7, 6, 3, 3, 2, 2, 2, 2, 2, t),      // padding past the kernel
           conv(2, 4, 9, 9, 7, 1, 1, 2, 2, 0, 0, t),      // 1x1 stride 2 (ResNet shortcut)
-          conv(2, 3, 11, 8, 5, 2, 4, 3, 1, 1, 2, t)};    // every dimension different
+          conv(2, 3, 11, 8, 5, 2, 4, 3, 1, 1, 2, t),     // every dimension different
+          conv(3, 16, 9, 7, 5, 3, 3, 1, 1, 1, 1, t)};    // CUDA's folded layout (CKK >= 128)
 }
 
 Pool2dShape pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,

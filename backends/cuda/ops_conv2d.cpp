@@ -1,19 +1,34 @@
-// CudaDevice's convolution slots: im2col over a chunk of the batch, then strided-batched cuBLAS
-// GEMMs, one matrix per sample, that read and write NCHW in place; and one-sample im2col/col2im.
+// CudaDevice's convolution slots: im2col over a chunk of the batch, then cuBLAS GEMMs; and
+// one-sample im2col/col2im. CKK = C*KH*KW, P = OH*OW; the whole batch is one chunk unless the
+// workspace would pass 1 GiB. x, w, y, dx, dy and col are of s.dtype (16-bit: tensor-core GEMMs
+// with float32 accumulation); dw_part, dw and db are float32 (the weight gradient is summed in
+// float32). col gets a row of ones (row CKK), so that the weight gradient's product also gives
+// the bias gradient.
 //
-// Workspace, per chunk of samples: col [chunk, CKK + 1, P] then dw_part [chunk, OC, CKK + 1]
-// (CKK = C*KH*KW, P = OH*OW). The whole batch is one chunk unless that would pass 1 GiB.
-// x, w, y, dx, dy and col are of s.dtype (16-bit: tensor-core GEMMs with float32 accumulation);
-// dw_part, dw and db are float32, so that the weight gradient is summed in float32.
-// Forward:  y = b (broadcast, in the im2col launch); y_n[OC, P] += W[OC, CKK] col_n[CKK, P];
-//           col_n gets a row of ones for the backward. With one chunk the workspace then holds
-//           the columns of x, and the forward says so (the front tells the backward).
-// Backward: col_n as the forward left it when workspace_valid, else im2col again;
-//           dw_part_n[OC, CKK+1] = dy_n[OC, P] col_n^T, whose last column is the per-sample bias
-//           gradient; dw, db = sums over n (fixed order); then, if dx is wanted,
-//           dcol_n[CKK, P] = W^T dy_n over col (the columns are gone) and dx = col2im(dcol).
+// Batched (the default): col_n [CKK + 1, P] per sample, strided-batched GEMMs over the samples
+// that read and write NCHW in place.
+//   Forward:  y = b (in the im2col launch); y_n[OC, P] += W[OC, CKK] col_n[CKK, P]. With one
+//             chunk the workspace then holds the columns of x, and the forward says so.
+//   Backward: col_n as the forward left it when workspace_valid, else im2col again;
+//             dw_part_n^T[CKK + 1, OC] = col_n dy_n^T (the transposed product: cuBLAS picks far
+//             faster kernels for it; its last row is the per-sample bias gradient); dw, db =
+//             sums over n (fixed order); then, if dx is wanted, dcol_n[CKK, P] = W^T dy_n over
+//             col (the columns are gone) and dx = col2im(dcol).
 // Pointwise (1x1, stride 1, no padding): col_n is x_n itself, so there is no im2col, dx_n =
-// W^T dy_n directly, db comes from channel_sums, and the workspace holds only dw_part.
+// W^T dy_n directly, and db comes from channel_sums.
+// Folded (small images: P <= 256 and CKK >= 128, e.g. the ResNet's 14x14 and 7x7 layers): the
+// samples' columns side by side, col[CKK + 1, n P], so that forward and dx are each one large
+// product instead of a batch of small ones, at the price of a transpose of y and of dy:
+//   t[OC, n P] = W col;  y = samples_first(t) + b;  dyt = channels_first(dy);  dcol = W^T dyt;
+//   the weight gradient batched as above over the folded columns, or for P <= 64 one product
+//   too: dw_full[OC, CKK + 1] = dyt col^T (K = n P).
+// Chosen from cuBLAS alone on an H100 at batch 256 (bench/cuda_conv_gemm_layouts.cu,
+// bench/results/h100_conv_gemm_layouts.txt): e.g. bf16, the 7x7 128->128 layer's three GEMMs
+// 0.084 ms folded against 0.247 batched (fp32 0.330 against 0.418); the 14x14 64->64 layer's
+// forward and dx 0.053 against 0.117, its weight gradient 0.062 transposed-batched, 0.095
+// batched, 0.120 as one product; at 28x28 and for the 1x1 shortcuts batched stays best.
+// Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; one sample's worth when the
+// weight gradient is one product), then (folded) t, OC x n P elements, also holding dyt.
 #include <algorithm>
 #include <type_traits>
 
@@ -34,10 +49,12 @@ struct ConvPlan {
   int64_t ckk, p, oc, in_size, out_size;  // in_size / out_size: one sample of x / y
   int64_t element;     // bytes of an element of s.dtype
   bool pointwise;
+  bool folded;         // the samples' columns side by side (see the top of the file)
+  bool folded_dw;      // ... and the weight gradient as one product too (P <= 64)
   int64_t rows;        // rows of a sample's col: CKK + 1 (the ones row); 0 when pointwise
   int64_t dw_columns;  // CKK + 1, or CKK when pointwise (db then comes from channel_sums)
   int64_t chunk;       // samples per pass
-  size_t col_bytes, dw_part_bytes;
+  size_t col_bytes, dw_part_bytes, t_bytes;
 
   explicit ConvPlan(const Conv2dShape& s)
       : ckk(s.patch_size()),
@@ -48,12 +65,17 @@ struct ConvPlan {
         element(int64_t(dtype_size(s.dtype))),
         pointwise(s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
                   s.pad_h == 0 && s.pad_w == 0),
+        folded(!pointwise && p <= 256 && ckk >= 128),
+        folded_dw(folded && p <= 64),
         rows(pointwise ? 0 : ckk + 1),
         dw_columns(pointwise ? ckk : ckk + 1) {
-    const int64_t per_sample = rows * p * element + oc * dw_columns * int64_t(sizeof(float));
+    const int64_t dw_bytes = oc * dw_columns * int64_t(sizeof(float));
+    const int64_t per_sample =
+        rows * p * element + (folded ? oc * p * element : 0) + (folded_dw ? 0 : dw_bytes);
     chunk = std::min(s.batch, std::max<int64_t>(1, kChunkBytes / per_sample));
     col_bytes = round_bytes(chunk * rows * p * element);
-    dw_part_bytes = round_bytes(chunk * oc * dw_columns * int64_t(sizeof(float)));
+    dw_part_bytes = round_bytes(folded_dw ? dw_bytes : chunk * dw_bytes);
+    t_bytes = folded ? round_bytes(chunk * oc * p * element) : 0;
   }
   // Sample n of a tensor of s.dtype whose samples are `size` elements apart.
   template <typename T>
@@ -69,7 +91,7 @@ struct ConvPlan {
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   if (s.batch == 0) return 0;
   const ConvPlan plan(s);
-  return plan.col_bytes + plan.dw_part_bytes;
+  return plan.col_bytes + plan.dw_part_bytes + plan.t_bytes;
 }
 
 bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
@@ -77,11 +99,26 @@ bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const 
   const KernelContext ctx = kernel_context();
   const ConvPlan plan(s);
   void* col = device_ptr<void>(workspace);
+  void* t = device_ptr<char>(workspace) + plan.col_bytes + plan.dw_part_bytes;
   const float* bias = device_ptr<const float>(b);
   for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
     const int64_t samples = std::min(plan.chunk, s.batch - n0);
     const void* x_n = plan.sample(device_ptr<const void>(x), n0, plan.in_size);
     void* y_n = plan.sample(device_ptr<void>(y), n0, plan.out_size);
+    if (plan.folded) {  // t = W col, then y = t + b in NCHW
+      launch_im2col(ctx, s, samples, x_n, col, plan.rows, true, nullptr, nullptr, true);
+      check_launch("im2col");
+      GemmCall g;  // t[OC, nP] = W[OC, CKK] col[CKK, nP]
+      g.ab_type = g.c_type = s.dtype, g.tf32 = s.allow_tf32;
+      g.m = plan.oc, g.n = samples * plan.p, g.k = plan.ckk;
+      g.a = device_ptr<const void>(w), g.lda = plan.ckk;
+      g.b = col, g.ldb = samples * plan.p;
+      g.c = t, g.ldc = samples * plan.p;
+      gemm_->gemm(g);
+      launch_samples_first(ctx, s.dtype, t, bias, samples, plan.oc, plan.p, y_n);
+      check_launch("samples_first");
+      continue;
+    }
     // y = bias (and the columns with their ones row), so that the GEMM adds into y.
     launch_im2col(ctx, s, samples, plan.pointwise ? nullptr : x_n,
                   plan.pointwise ? nullptr : col, plan.rows, true, bias, y_n);
@@ -108,6 +145,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
   const ConvPlan plan(s);
   void* col = device_ptr<void>(workspace);
   float* dw_part = reinterpret_cast<float*>(device_ptr<char>(workspace) + plan.col_bytes);
+  void* t = device_ptr<char>(workspace) + plan.col_bytes + plan.dw_part_bytes;
   // Valid only after a forward that kept the columns: one chunk, not pointwise.
   const bool reuse = workspace_valid && plan.one_chunk(s) && !plan.pointwise;
   for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
@@ -115,36 +153,64 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
     const void* x_n = plan.sample(device_ptr<const void>(x), n0, plan.in_size);
     const void* dy_n = plan.sample(device_ptr<const void>(dy), n0, plan.out_size);
     if (!plan.pointwise && !reuse) {
-      launch_im2col(ctx, s, samples, x_n, col, plan.rows, true, nullptr, nullptr);
+      launch_im2col(ctx, s, samples, x_n, col, plan.rows, true, nullptr, nullptr, plan.folded);
       check_launch("im2col");
     }
-    GemmCall gw;  // dw_part_n[OC, dw_columns] = dy_n[OC, P] col_n[dw_columns, P]^T
-    gw.ab_type = s.dtype, gw.c_type = DType::f32, gw.tf32 = s.allow_tf32;
-    gw.trans_b = true;
-    gw.m = plan.oc, gw.n = plan.dw_columns, gw.k = plan.p;
-    gw.a = dy_n, gw.lda = plan.p, gw.stride_a = plan.out_size;
-    gw.b = plan.pointwise ? x_n : col, gw.ldb = plan.p;
-    gw.stride_b = plan.pointwise ? plan.in_size : plan.rows * plan.p;
-    gw.c = dw_part, gw.ldc = plan.dw_columns, gw.stride_c = plan.oc * plan.dw_columns;
-    gw.batch = samples;
-    gemm_->gemm(gw);
-    launch_conv_grad_reduce(ctx, dw_part, samples, plan.oc, plan.ckk, !plan.pointwise,
-                            device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
+    const int64_t np = samples * plan.p;
+    if (plan.folded) {  // dyt[OC, nP]: the folded weight gradient and dx read it
+      launch_channels_first(ctx, s.dtype, dy_n, samples, plan.oc, plan.p, t);
+      check_launch("channels_first");
+    }
+    if (plan.folded_dw) {
+      GemmCall gw;  // dw_full[OC, CKK+1] = dyt[OC, nP] col[CKK+1, nP]^T
+      gw.ab_type = s.dtype, gw.c_type = DType::f32, gw.tf32 = s.allow_tf32;
+      gw.trans_b = true;
+      gw.m = plan.oc, gw.n = plan.dw_columns, gw.k = np;
+      gw.a = t, gw.lda = np;
+      gw.b = col, gw.ldb = np;
+      gw.c = dw_part, gw.ldc = plan.dw_columns;
+      gemm_->gemm(gw);
+      launch_conv_grad_reduce(ctx, dw_part, 1, plan.oc, plan.ckk, true, false,
+                              device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
+    } else {
+      // dw_part_n^T[dw_columns, OC] = col_n[dw_columns, P] dy_n[OC, P]^T: the transposed
+      // product, for which cuBLAS picks far faster kernels than for dw_part_n itself (bf16,
+      // 28x28 32->32: 0.053 ms against 0.147 on an H100).
+      GemmCall gw;
+      gw.ab_type = s.dtype, gw.c_type = DType::f32, gw.tf32 = s.allow_tf32;
+      gw.trans_b = true;
+      gw.m = plan.dw_columns, gw.n = plan.oc, gw.k = plan.p;
+      gw.a = plan.pointwise ? x_n : col;
+      gw.lda = plan.pointwise ? plan.p : plan.folded ? np : plan.p;
+      gw.stride_a = plan.pointwise ? plan.in_size : plan.folded ? plan.p : plan.rows * plan.p;
+      gw.b = dy_n, gw.ldb = plan.p, gw.stride_b = plan.out_size;
+      gw.c = dw_part, gw.ldc = plan.oc, gw.stride_c = plan.dw_columns * plan.oc;
+      gw.batch = samples;
+      gemm_->gemm(gw);
+      launch_conv_grad_reduce(ctx, dw_part, samples, plan.oc, plan.ckk, !plan.pointwise, true,
+                              device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
+    }
     check_launch("conv_grad_reduce");
     if (!dx.defined()) continue;
     void* dx_n = plan.sample(device_ptr<void>(dx), n0, plan.in_size);
     GemmCall gx;  // dcol_n[CKK, P] = W[OC, CKK]^T dy_n[OC, P]: into dx_n, or over col_n
     gx.ab_type = gx.c_type = s.dtype, gx.tf32 = s.allow_tf32;
     gx.trans_a = true;
-    gx.m = plan.ckk, gx.n = plan.p, gx.k = plan.oc;
-    gx.a = device_ptr<const void>(w), gx.lda = plan.ckk, gx.stride_a = 0;
-    gx.b = dy_n, gx.ldb = plan.p, gx.stride_b = plan.out_size;
-    gx.c = plan.pointwise ? dx_n : col, gx.ldc = plan.p;
-    gx.stride_c = plan.pointwise ? plan.in_size : plan.rows * plan.p;
-    gx.batch = samples;
+    gx.a = device_ptr<const void>(w), gx.lda = plan.ckk;
+    if (plan.folded) {  // one product: dcol[CKK, nP] = W^T dyt[OC, nP]
+      gx.m = plan.ckk, gx.n = np, gx.k = plan.oc;
+      gx.b = t, gx.ldb = np;
+      gx.c = col, gx.ldc = np;
+    } else {
+      gx.m = plan.ckk, gx.n = plan.p, gx.k = plan.oc;
+      gx.b = dy_n, gx.ldb = plan.p, gx.stride_b = plan.out_size;
+      gx.c = plan.pointwise ? dx_n : col, gx.ldc = plan.p;
+      gx.stride_c = plan.pointwise ? plan.in_size : plan.rows * plan.p;
+      gx.batch = samples;
+    }
     gemm_->gemm(gx);
     if (plan.pointwise) continue;
-    launch_col2im(ctx, s, samples, col, plan.rows, dx_n);
+    launch_col2im(ctx, s, samples, col, plan.rows, dx_n, plan.folded);
     check_launch("col2im");
   }
   if (plan.pointwise && db.defined()) {

@@ -11,7 +11,8 @@ constexpr int kSampleLanes = 32;
 
 __global__ void conv_grad_reduce_kernel(const float* dw_part, int64_t samples,
                                         int64_t columns_total, int64_t columns, int64_t patch,
-                                        float* dw, float* db, bool accumulate) {
+                                        int64_t out_channels, bool transposed, float* dw,
+                                        float* db, bool accumulate) {
   __shared__ float partial[kSampleLanes][kColumnsPerBlock + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t column = int64_t(blockIdx.x) * kColumnsPerBlock + tx;
@@ -27,7 +28,9 @@ __global__ void conv_grad_reduce_kernel(const float* dw_part, int64_t samples,
     __syncthreads();
   }
   if (ty != 0 || column >= columns_total) return;
-  const int64_t oc = column / columns, k = column - oc * columns;
+  // dw_part's element `column` of a sample is (oc, k), or (k, oc) when transposed.
+  const int64_t oc = transposed ? column % out_channels : column / columns;
+  const int64_t k = transposed ? column / out_channels : column - oc * columns;
   float* out = k < patch ? dw + oc * patch + k : (db ? db + oc : nullptr);
   if (out) *out = accumulate ? *out + partial[0][tx] : partial[0][tx];
 }
@@ -35,14 +38,15 @@ __global__ void conv_grad_reduce_kernel(const float* dw_part, int64_t samples,
 }  // namespace
 
 void launch_conv_grad_reduce(const KernelContext& ctx, const float* dw_part, int64_t samples,
-                             int64_t out_channels, int64_t patch, bool bias_column, float* dw,
-                             float* db, bool accumulate) {
+                             int64_t out_channels, int64_t patch, bool bias_column,
+                             bool transposed, float* dw, float* db, bool accumulate) {
   const int64_t columns = patch + (bias_column ? 1 : 0);
   const int64_t columns_total = out_channels * columns;
   if (columns_total <= 0) return;
   const int64_t blocks = (columns_total + kColumnsPerBlock - 1) / kColumnsPerBlock;
   conv_grad_reduce_kernel<<<unsigned(blocks), dim3(kColumnsPerBlock, kSampleLanes), 0,
-                            ctx.stream>>>(dw_part, samples, columns_total, columns, patch, dw,
+                            ctx.stream>>>(dw_part, samples, columns_total, columns, patch,
+                                          out_channels, transposed, dw,
                                           bias_column ? db : nullptr, accumulate);
 }
 

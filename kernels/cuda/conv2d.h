@@ -8,10 +8,11 @@
 namespace trident::cuda {
 
 // dw_part is [samples, OC, columns] with columns = patch + 1 when bias_column (the last column
-// is then the per-sample bias gradient), else patch. dw[OC, patch] and db[OC] (unless null)
-// = (accumulate ? themselves : 0) + the sums over the samples, in a fixed order.
+// is then the per-sample bias gradient), else patch; transposed: [samples, columns, OC]. dw[OC,
+// patch] and db[OC] (unless null) = (accumulate ? themselves : 0) + the sums over the samples,
+// in a fixed order.
 void launch_conv_grad_reduce(const KernelContext& ctx, const float* dw_part, int64_t samples,
-                             int64_t out_channels, int64_t patch, bool bias_column, float* dw,
-                             float* db, bool accumulate);
+                             int64_t out_channels, int64_t patch, bool bias_column,
+                             bool transposed, float* dw, float* db, bool accumulate);
 
 }  // namespace trident::cuda

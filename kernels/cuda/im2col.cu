@@ -13,16 +13,20 @@ namespace {
 template <typename I>
 struct PatchDims {
   I c, h, w, kh, kw, sh, sw, ph, pw, oh, ow, p, rows;  // p = OH*OW, rows per sample of col
+  I col_sample, col_row;  // col[n, r, p] is at n * col_sample + r * col_row + p
   Divider<I> by_c, by_h, by_w, by_p, by_ow, by_sh, by_sw;
 };
 
 template <typename I>
-PatchDims<I> patch_dims(const Conv2dShape& s, int64_t rows_per_sample) {
+PatchDims<I> patch_dims(const Conv2dShape& s, int64_t rows_per_sample, int64_t samples,
+                        bool folded) {
   PatchDims<I> d;
   d.c = I(s.in_channels), d.h = I(s.height), d.w = I(s.width);
   d.kh = I(s.kernel_h), d.kw = I(s.kernel_w), d.sh = I(s.stride_h), d.sw = I(s.stride_w);
   d.ph = I(s.pad_h), d.pw = I(s.pad_w), d.oh = I(s.out_height()), d.ow = I(s.out_width());
   d.p = d.oh * d.ow, d.rows = I(rows_per_sample);
+  d.col_sample = folded ? d.p : d.rows * d.p;
+  d.col_row = folded ? I(samples) * d.p : d.p;
   d.by_c = Divider<I>(s.in_channels), d.by_h = Divider<I>(s.height);
   d.by_w = Divider<I>(s.width), d.by_p = Divider<I>(s.out_height() * s.out_width());
   d.by_ow = Divider<I>(s.out_width());
@@ -44,17 +48,18 @@ __global__ void im2col_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
       const I oh = d.by_ow.div(p), ow = p - oh * d.ow;
       const I h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
       const S* xc = x + (n * d.c + c) * d.h * d.w;
-      S* out = col + (n * d.rows + c * d.kh * d.kw) * d.p + p;
+      S* out = col + n * d.col_sample + c * d.kh * d.kw * d.col_row + p;
       const S zero = from_float<S>(0.f);
       for (I kh = 0; kh < d.kh; ++kh) {
         const I h = h0 + kh;
         const bool row_inside = h >= 0 && h < d.h;
-        for (I kw = 0; kw < d.kw; ++kw, out += d.p) {
+        for (I kw = 0; kw < d.kw; ++kw, out += d.col_row) {
           const I w = w0 + kw;
           *out = row_inside && w >= 0 && w < d.w ? xc[h * d.w + w] : zero;
         }
       }
-      if (ones_row && c == 0) col[(n * d.rows + d.rows - 1) * d.p + p] = from_float<S>(1.f);
+      if (ones_row && c == 0)
+        col[n * d.col_sample + (d.rows - 1) * d.col_row + p] = from_float<S>(1.f);
     } else {
       const I j = i - col_items;  // y[n, oc, p]
       const I q = d.by_p.div(j);  // n * OC + oc
@@ -71,7 +76,7 @@ __global__ void col2im_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I t2 = d.by_h.div(t), h = t - t2 * d.h;
     const I n = d.by_c.div(t2), c = t2 - n * d.c;
-    const S* col_nc = col + (n * d.rows + c * d.kh * d.kw) * d.p;
+    const S* col_nc = col + n * d.col_sample + c * d.kh * d.kw * d.col_row;
     const I hp = h + d.ph, wp = w + d.pw;
     const I oh_first = d.by_sh.div(hp), kh_first = hp - oh_first * d.sh;
     const I ow_first = d.by_sw.div(wp), kw_first = wp - ow_first * d.sw;
@@ -80,11 +85,48 @@ __global__ void col2im_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
       if (oh >= d.oh) continue;
       for (I kw = kw_first, ow = ow_first; kw < d.kw && ow >= 0; kw += d.sw, --ow) {
         if (ow >= d.ow) continue;
-        sum += to_float(col_nc[(kh * d.kw + kw) * d.p + oh * d.ow + ow]);
+        sum += to_float(col_nc[(kh * d.kw + kw) * d.col_row + oh * d.ow + ow]);
       }
     }
     dx[i] = from_float<S>(sum);
   }
+}
+
+// dst[c, n * P + p] = src[n, c, p] (to_channels) or the reverse with the bias added; one thread
+// per element of dst, p fastest, so that both sides are read and written in runs of P.
+template <typename S, typename I>
+__global__ void fold_kernel(const S* src, const float* bias, I total, I channels, I positions,
+                            I samples, Divider<I> by_p, Divider<I> by_c, Divider<I> by_n,
+                            bool to_channels, S* dst) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I t = by_p.div(i), p = i - t * positions;
+    if (to_channels) {  // i = (c, n, p)
+      const I c = by_n.div(t), n = t - c * samples;
+      dst[i] = src[(n * channels + c) * positions + p];
+    } else {  // i = (n, c, p)
+      const I n = by_c.div(t), c = t - n * channels;
+      const S v = src[(c * samples + n) * positions + p];
+      dst[i] = bias ? from_float<S>(to_float(v) + bias[c]) : v;
+    }
+  }
+}
+
+void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const float* bias,
+                 int64_t samples, int64_t channels, int64_t positions, bool to_channels,
+                 void* dst) {
+  const int64_t total = samples * channels * positions;
+  if (total <= 0) return;
+  with_float_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    auto run = [&](auto zero) {
+      using I = decltype(zero);
+      fold_kernel<S, I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+          static_cast<const S*>(src), bias, I(total), I(channels), I(positions), I(samples),
+          Divider<I>(positions), Divider<I>(channels), Divider<I>(samples), to_channels,
+          static_cast<S*>(dst));
+    };
+    if (fits_int32(total)) run(int32_t(0)); else run(int64_t(0));
+  });
 }
 
 // Whether the int32 kernels hold every coordinate sum (h + pad, o * stride + kernel).
@@ -94,13 +136,14 @@ bool coordinates_fit(const Conv2dShape& s) {
 }
 
 template <typename I>
-void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t /*samples*/,
-               const void* x, void* col, int64_t rows_per_sample, bool ones_row,
-               const float* bias, void* y, int64_t col_items, int64_t y_items) {
+void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, const void* x,
+               void* col, int64_t rows_per_sample, bool ones_row, const float* bias, void* y,
+               int64_t col_items, int64_t y_items, bool folded) {
   with_float_type(s.dtype, [&](auto tag) {
     using S = decltype(tag);
     im2col_kernel<S, I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
-        patch_dims<I>(s, rows_per_sample), static_cast<const S*>(x), static_cast<S*>(col),
+        patch_dims<I>(s, rows_per_sample, samples, folded), static_cast<const S*>(x),
+        static_cast<S*>(col),
         ones_row, I(col_items), bias, I(y_items), I(s.out_channels), Divider<I>(s.out_channels),
         static_cast<S*>(y));
   });
@@ -110,7 +153,7 @@ void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t /*samples
 
 void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
                    const void* x, void* col, int64_t rows_per_sample, bool ones_row,
-                   const float* bias, void* y) {
+                   const float* bias, void* y, bool folded) {
   const int64_t positions = s.out_height() * s.out_width();
   const int64_t col_items = col ? samples * s.in_channels * positions : 0;
   const int64_t y_items = bias ? samples * s.out_channels * positions : 0;
@@ -119,14 +162,14 @@ void launch_im2col(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
                                     samples * s.in_channels * s.height * s.width});
   if (fits_int32(largest) && coordinates_fit(s))
     im2col_as<int32_t>(ctx, s, samples, x, col, rows_per_sample, ones_row, bias, y, col_items,
-                       y_items);
+                       y_items, folded);
   else
     im2col_as<int64_t>(ctx, s, samples, x, col, rows_per_sample, ones_row, bias, y, col_items,
-                       y_items);
+                       y_items, folded);
 }
 
 void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t samples,
-                   const void* col, int64_t rows_per_sample, void* dx) {
+                   const void* col, int64_t rows_per_sample, void* dx, bool folded) {
   const int64_t total = samples * s.in_channels * s.height * s.width;
   if (total <= 0) return;
   const int64_t col_size = samples * rows_per_sample * s.out_height() * s.out_width();
@@ -136,11 +179,22 @@ void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
     S* out = static_cast<S*>(dx);
     if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
       col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          patch_dims<int32_t>(s, rows_per_sample), cols, int32_t(total), out);
+          patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(total), out);
     else
       col2im_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          patch_dims<int64_t>(s, rows_per_sample), cols, total, out);
+          patch_dims<int64_t>(s, rows_per_sample, samples, folded), cols, total, out);
   });
+}
+
+void launch_channels_first(const KernelContext& ctx, DType dtype, const void* src, int64_t samples,
+                           int64_t channels, int64_t positions, void* dst) {
+  launch_fold(ctx, dtype, src, nullptr, samples, channels, positions, true, dst);
+}
+
+void launch_samples_first(const KernelContext& ctx, DType dtype, const void* src,
+                          const float* bias, int64_t samples, int64_t channels,
+                          int64_t positions, void* dst) {
+  launch_fold(ctx, dtype, src, bias, samples, channels, positions, false, dst);
 }
 
 }  // namespace trident::cuda
