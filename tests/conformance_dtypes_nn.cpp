@@ -229,7 +229,8 @@ TEST_CASE("conformance 16-bit: batchnorm forward (training and evaluation, stati
   struct Case {
     int64_t outer, channels, inner;
   };
-  const std::vector<Case> cases = {{7, 3, 5}, {16, 8, 49}, {200, 10, 1}, {3, 16, 49}, {1, 4, 9}};
+  const std::vector<Case> cases = {{7, 3, 5},  {16, 8, 49}, {200, 10, 1}, {3, 16, 49},
+                                   {1, 4, 9},  {20, 32, 784}, {3, 5, 6}, {4, 6, 196}};
   FOR_EACH_HALF_DEVICE(t, device) {
     uint32_t seed = 4400;
     for (const Case& c : cases)

@@ -34,6 +34,12 @@ struct BatchNormStatsOp {
   __device__ Local zero(I) const { return {0.f, 0.f, 0.f}; }
   using Value = float;
   __device__ Value load(I at) const { return to_float(x[at]); }
+  static constexpr int kPackElementBytes = sizeof(S);
+  bool packs_aligned(int bytes) const { return pack_aligned(x, size_t(bytes)); }
+  template <int V>
+  __device__ void load_packed(I at, Value (&v)[V]) const {
+    load_pack<V>(x, at, v);
+  }
   __device__ void add(Local& l, float v) const {
     l.n += 1.f;
     const float d = v - l.mean;
@@ -96,6 +102,18 @@ struct BatchNormGradOp {
     float dy, x;
   };
   __device__ Value load(I at) const { return {to_float(dy[at]), to_float(x[at])}; }
+  static constexpr int kPackElementBytes = sizeof(S);
+  bool packs_aligned(int bytes) const {
+    return pack_aligned(x, size_t(bytes)) && pack_aligned(dy, size_t(bytes));
+  }
+  template <int V>
+  __device__ void load_packed(I at, Value (&v)[V]) const {
+    float d[V], xs[V];
+    load_pack<V>(dy, at, d);
+    load_pack<V>(x, at, xs);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = {d[e], xs[e]};
+  }
   __device__ void add(Local& l, const Value& v) const {
     l.sum_dy += v.dy;
     l.sum_dy_centred += v.dy * (v.x - l.mean);
