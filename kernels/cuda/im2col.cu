@@ -92,6 +92,90 @@ __global__ void col2im_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
   }
 }
 
+// im2col with Q adjacent positions per thread, each row's Q values written as one Pack (P a
+// multiple of Q, col aligned): items (n, c, p / Q). No bias items. The one-value kernel wrote 2
+// bytes a thread a row in bf16: 340 us of a 2.3 ms ResNet step on an H100.
+template <typename S, typename I, int Q>
+__global__ void im2col_packed_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
+                                     I items, Divider<I> by_packs) {
+  const I packs = d.p / I(Q);
+  for (I i = first_index<I>(); i < items; i += grid_step<I>()) {
+    const I t = by_packs.div(i), p0 = (i - t * packs) * I(Q);
+    const I n = d.by_c.div(t), c = t - n * d.c;
+    I h0[Q], w0[Q];
+    I oh = d.by_ow.div(p0), ow = p0 - oh * d.ow;
+#pragma unroll
+    for (int e = 0; e < Q; ++e) {
+      h0[e] = oh * d.sh - d.ph, w0[e] = ow * d.sw - d.pw;
+      if (++ow == d.ow) ow = 0, ++oh;
+    }
+    const S* xc = x + (n * d.c + c) * d.h * d.w;
+    S* out = col + n * d.col_sample + c * d.kh * d.kw * d.col_row + p0;
+    const S zero = from_float<S>(0.f);
+    for (I kh = 0; kh < d.kh; ++kh)
+      for (I kw = 0; kw < d.kw; ++kw, out += d.col_row) {
+        Pack<S, Q> pack;
+#pragma unroll
+        for (int e = 0; e < Q; ++e) {
+          const I h = h0[e] + kh, w = w0[e] + kw;
+          pack.v[e] = h >= 0 && h < d.h && w >= 0 && w < d.w ? xc[h * d.w + w] : zero;
+        }
+        *reinterpret_cast<Pack<S, Q>*>(out) = pack;
+      }
+    if (ones_row && c == 0) {
+      Pack<S, Q> ones;
+#pragma unroll
+      for (int e = 0; e < Q; ++e) ones.v[e] = from_float<S>(1.f);
+      *reinterpret_cast<Pack<S, Q>*>(col + n * d.col_sample + (d.rows - 1) * d.col_row + p0) =
+          ones;
+    }
+  }
+}
+
+// col2im with Q adjacent input pixels of a row per thread (W a multiple of Q, dx aligned), each
+// summed as col2im_kernel sums it, written as one Pack: items (n, c, h, w / Q).
+template <typename S, typename I, int Q>
+__global__ void col2im_packed_kernel(PatchDims<I> d, const S* col, I items, Divider<I> by_packs,
+                                     S* dx) {
+  const I packs = d.w / I(Q);
+  for (I i = first_index<I>(); i < items; i += grid_step<I>()) {
+    const I t = by_packs.div(i), w_first = (i - t * packs) * I(Q);
+    const I t2 = d.by_h.div(t), h = t - t2 * d.h;
+    const I n = d.by_c.div(t2), c = t2 - n * d.c;
+    const S* col_nc = col + n * d.col_sample + c * d.kh * d.kw * d.col_row;
+    const I hp = h + d.ph;
+    const I oh_first = d.by_sh.div(hp), kh_first = hp - oh_first * d.sh;
+    float sum[Q];
+#pragma unroll
+    for (int e = 0; e < Q; ++e) sum[e] = 0.f;
+    for (I kh = kh_first, oh = oh_first; kh < d.kh && oh >= 0; kh += d.sh, --oh) {
+      if (oh >= d.oh) continue;
+      const S* row = col_nc + kh * d.kw * d.col_row + oh * d.ow;
+#pragma unroll
+      for (int e = 0; e < Q; ++e) {
+        const I wp = w_first + I(e) + d.pw;
+        const I ow_first = d.by_sw.div(wp), kw_first = wp - ow_first * d.sw;
+        for (I kw = kw_first, ow = ow_first; kw < d.kw && ow >= 0; kw += d.sw, --ow) {
+          if (ow >= d.ow) continue;
+          sum[e] += to_float(row[kw * d.col_row + ow]);
+        }
+      }
+    }
+    Pack<S, Q> pack;
+#pragma unroll
+    for (int e = 0; e < Q; ++e) pack.v[e] = from_float<S>(sum[e]);
+    *reinterpret_cast<Pack<S, Q>*>(dx + ((n * d.c + c) * d.h + h) * d.w + w_first) = pack;
+  }
+}
+
+// The widest pack (16 bytes at most, of elements of `element` bytes) dividing `run` whose
+// accesses `p` allows.
+int pack_for(int64_t run, const void* p, size_t element) {
+  int q = int(16 / element);
+  while (q > 1 && (run % q != 0 || !pack_aligned(p, q * element))) q /= 2;
+  return q;
+}
+
 // dst[c, n * P + p] = src[n, c, p] (to_channels) or the reverse with the bias added; one thread
 // per element of dst, p fastest, so that both sides are read and written in runs of P.
 template <typename S, typename I>
@@ -141,6 +225,19 @@ void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, 
                int64_t col_items, int64_t y_items, bool folded) {
   with_float_type(s.dtype, [&](auto tag) {
     using S = decltype(tag);
+    const PatchDims<I> d = patch_dims<I>(s, rows_per_sample, samples, folded);
+    const int q = y_items == 0 ? pack_for(d.p, col, sizeof(S)) : 1;
+    auto packed = [&](auto width) {
+      constexpr int Q = decltype(width)::value;
+      const int64_t items = col_items / Q;
+      im2col_packed_kernel<S, I, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
+          d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
+          Divider<I>(d.p / Q));
+    };
+    if constexpr (sizeof(S) == 2)
+      if (q == 8) return packed(std::integral_constant<int, 8>());
+    if (q == 4) return packed(std::integral_constant<int, 4>());
+    if (q == 2) return packed(std::integral_constant<int, 2>());
     im2col_kernel<S, I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
         patch_dims<I>(s, rows_per_sample, samples, folded), static_cast<const S*>(x),
         static_cast<S*>(col),
@@ -177,7 +274,20 @@ void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
     using S = decltype(tag);
     const S* cols = static_cast<const S*>(col);
     S* out = static_cast<S*>(dx);
-    if (fits_int32(std::max(total, col_size)) && coordinates_fit(s))
+    const bool small = fits_int32(std::max(total, col_size)) && coordinates_fit(s);
+    const int q = small ? pack_for(s.width, dx, sizeof(S)) : 1;
+    auto packed = [&](auto width) {
+      constexpr int Q = decltype(width)::value;
+      const int64_t items = total / Q;
+      col2im_packed_kernel<S, int32_t, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
+          patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(items),
+          Divider<int32_t>(int32_t(s.width / Q)), out);
+    };
+    if constexpr (sizeof(S) == 2)
+      if (q == 8) return packed(std::integral_constant<int, 8>());
+    if (q == 4) return packed(std::integral_constant<int, 4>());
+    if (q == 2) return packed(std::integral_constant<int, 2>());
+    if (small)
       col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
           patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(total), out);
     else
