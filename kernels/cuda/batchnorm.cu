@@ -35,7 +35,9 @@ struct BatchNormStatsOp {
   using Value = float;
   __device__ Value load(I at) const { return to_float(x[at]); }
   static constexpr int kPackElementBytes = sizeof(S);
-  bool packs_aligned(int bytes) const { return pack_aligned(x, size_t(bytes)); }
+  bool packs_aligned(int bytes) const {
+    return pack_aligned(x, size_t(bytes)) && pack_aligned(y, size_t(bytes));
+  }
   template <int V>
   __device__ void load_packed(I at, Value (&v)[V]) const {
     load_pack<V>(x, at, v);
@@ -75,6 +77,14 @@ struct BatchNormStatsOp {
   __device__ void apply(I at, const float* coef) const {
     y[at] = from_float<S>((to_float(x[at]) - coef[0]) * coef[1] + coef[2]);
   }
+  template <int V>
+  __device__ void apply_packed(I at, const float* coef) const {
+    float v[V];
+    load_pack<V>(x, at, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = (v[e] - coef[0]) * coef[1] + coef[2];
+    store_pack<V>(y, at, v);
+  }
 };
 
 // Backward: sum(dy) and sum(dy * (x - mean)) of channel c, then
@@ -104,7 +114,8 @@ struct BatchNormGradOp {
   __device__ Value load(I at) const { return {to_float(dy[at]), to_float(x[at])}; }
   static constexpr int kPackElementBytes = sizeof(S);
   bool packs_aligned(int bytes) const {
-    return pack_aligned(x, size_t(bytes)) && pack_aligned(dy, size_t(bytes));
+    return pack_aligned(x, size_t(bytes)) && pack_aligned(dy, size_t(bytes)) &&
+           (!dx || pack_aligned(dx, size_t(bytes)));
   }
   template <int V>
   __device__ void load_packed(I at, Value (&v)[V]) const {
@@ -136,6 +147,15 @@ struct BatchNormGradOp {
   __device__ void apply(I at, const float* coef) const {
     dx[at] = from_float<S>(coef[1] *
                            (to_float(dy[at]) - coef[2] - (to_float(x[at]) - coef[0]) * coef[3]));
+  }
+  template <int V>
+  __device__ void apply_packed(I at, const float* coef) const {
+    float d[V], xs[V];
+    load_pack<V>(dy, at, d);
+    load_pack<V>(x, at, xs);
+#pragma unroll
+    for (int e = 0; e < V; ++e) d[e] = coef[1] * (d[e] - coef[2] - (xs[e] - coef[0]) * coef[3]);
+    store_pack<V>(dx, at, d);
   }
 };
 

@@ -325,17 +325,49 @@ __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
   }
 }
 
-// The second pass when channels were split into parts: value i of x ([outer, channels, inner]).
-template <typename I, class Op>
+// The second pass when channels were split into parts: value i of x ([outer, channels, inner]);
+// V > 1: values [V i, V i + V) of one channel (inner a multiple of V), through op.apply_packed.
+template <typename I, class Op, int V = 1>
 __global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
                                      Divider<I> by_channels, Op op, const float* coefficients) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
-    const I q = by_inner.div(i);
+    const I q = by_inner.div(i * I(V));
     const I c = q - by_channels.div(q) * channels;
     float coef[coef_slots<Op>()];
     for (int k = 0; k < Op::kCoefWords; ++k) coef[k] = coefficients[int64_t(c) * Op::kCoefWords + k];
-    op.apply(i, coef);
+    if constexpr (V > 1)
+      op.template apply_packed<V>(i * I(V), coef);
+    else
+      op.apply(i, coef);
   }
+}
+
+// channel_apply_kernel over x [outer, channels, inner], in packs where the Op has them and the
+// channel's runs and pointers allow (as the reduction's loads).
+template <typename I, class Op>
+void launch_channel_apply(const KernelContext& ctx, int64_t total, int64_t channels,
+                          int64_t inner, const Op& op, const float* coefficients) {
+  if constexpr (has_packed_loads<Op>::value) {
+    constexpr int kElement = Op::kPackElementBytes;
+    int pack = 16 / kElement;
+    while (pack > 1 && (inner % pack != 0 || !op.packs_aligned(pack * kElement))) pack /= 2;
+    bool launched = false;
+    auto launch = [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      channel_apply_kernel<I, Op, V><<<grid_for(total / V), kBlockThreads, 0, ctx.stream>>>(
+          I(total / V), I(channels), Divider<I>(inner), Divider<I>(channels), op, coefficients);
+      launched = true;
+    };
+    if constexpr (kElement <= 2)
+      if (pack == 8) launch(std::integral_constant<int, 8>());
+    if constexpr (kElement <= 4)
+      if (pack == 4) launch(std::integral_constant<int, 4>());
+    if (pack == 2) launch(std::integral_constant<int, 2>());
+    if (launched) return;
+  }
+  channel_apply_kernel<I, Op><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+      I(total), I(channels), Divider<I>(std::max<int64_t>(inner, 1)), Divider<I>(channels), op,
+      coefficients);
 }
 
 // Reduces x[outer, channels, inner] channel by channel with `op` (and applies, if Op::kApply).
@@ -407,9 +439,7 @@ void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channel
                                                                          scratch);
   if constexpr (Op::kApply) {
     if (parts > 1)
-      channel_apply_kernel<I, Op><<<grid_for(length * channels), kBlockThreads, 0, ctx.stream>>>(
-          I(length * channels), I(channels), Divider<I>(std::max<int64_t>(inner, 1)),
-          Divider<I>(channels), op, scratch.coefficients);
+      launch_channel_apply<I>(ctx, length * channels, channels, inner, op, scratch.coefficients);
   }
 }
 
