@@ -177,20 +177,28 @@ int pack_for(int64_t run, const void* p, size_t element) {
 }
 
 // dst[c, n * P + p] = src[n, c, p] (to_channels) or the reverse with the bias added; one thread
-// per element of dst, p fastest, so that both sides are read and written in runs of P.
-template <typename S, typename I>
+// per Q adjacent elements of dst (P a multiple of Q, both pointers aligned: one Pack each way),
+// p fastest, so that both sides are read and written in runs of P. total counts packs, positions
+// are in packs.
+template <typename S, typename I, int Q>
 __global__ void fold_kernel(const S* src, const float* bias, I total, I channels, I positions,
                             I samples, Divider<I> by_p, Divider<I> by_c, Divider<I> by_n,
                             bool to_channels, S* dst) {
+  using P = Pack<S, Q>;
+  const P* from = reinterpret_cast<const P*>(src);
+  P* to = reinterpret_cast<P*>(dst);
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = by_p.div(i), p = i - t * positions;
     if (to_channels) {  // i = (c, n, p)
       const I c = by_n.div(t), n = t - c * samples;
-      dst[i] = src[(n * channels + c) * positions + p];
+      to[i] = from[(n * channels + c) * positions + p];
     } else {  // i = (n, c, p)
       const I n = by_c.div(t), c = t - n * channels;
-      const S v = src[(c * samples + n) * positions + p];
-      dst[i] = bias ? from_float<S>(to_float(v) + bias[c]) : v;
+      P v = from[(c * samples + n) * positions + p];
+      if (bias)
+#pragma unroll
+        for (int e = 0; e < Q; ++e) v.v[e] = from_float<S>(to_float(v.v[e]) + bias[c]);
+      to[i] = v;
     }
   }
 }
@@ -202,14 +210,25 @@ void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const f
   if (total <= 0) return;
   with_float_type(dtype, [&](auto tag) {
     using S = decltype(tag);
-    auto run = [&](auto zero) {
+    auto run = [&](auto zero, auto width) {
       using I = decltype(zero);
-      fold_kernel<S, I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          static_cast<const S*>(src), bias, I(total), I(channels), I(positions), I(samples),
-          Divider<I>(positions), Divider<I>(channels), Divider<I>(samples), to_channels,
+      constexpr int Q = decltype(width)::value;
+      const int64_t packs = total / Q, run_packs = positions / Q;
+      fold_kernel<S, I, Q><<<grid_for(packs), kBlockThreads, 0, ctx.stream>>>(
+          static_cast<const S*>(src), bias, I(packs), I(channels), I(run_packs), I(samples),
+          Divider<I>(run_packs), Divider<I>(channels), Divider<I>(samples), to_channels,
           static_cast<S*>(dst));
     };
-    if (fits_int32(total)) run(int32_t(0)); else run(int64_t(0));
+    auto with_width = [&](auto zero) {
+      const int q =
+          std::min(pack_for(positions, src, sizeof(S)), pack_for(positions, dst, sizeof(S)));
+      if constexpr (sizeof(S) == 2)
+        if (q == 8) return run(zero, std::integral_constant<int, 8>());
+      if (q == 4) return run(zero, std::integral_constant<int, 4>());
+      if (q == 2) return run(zero, std::integral_constant<int, 2>());
+      run(zero, std::integral_constant<int, 1>());
+    };
+    if (fits_int32(total)) with_width(int32_t(0)); else with_width(int64_t(0));
   });
 }
 
