@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda {
@@ -342,32 +343,31 @@ __global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
   }
 }
 
+// The widest pack (16 bytes at most) that every run of `inner` values of a channel and the Op's
+// pointers allow: 1 for an Op without packed loads. Passed to f as with_pack_width does.
+template <class Op, class F>
+void with_channel_pack(int64_t inner, const Op& op, F&& f) {
+  if constexpr (has_packed_loads<Op>::value) {
+    constexpr int kElement = Op::kPackElementBytes;
+    int pack = 16 / kElement;
+    while (pack > 1 && (inner % pack != 0 || !op.packs_aligned(pack * kElement))) pack /= 2;
+    with_pack_width<kElement>(pack, f);
+  } else {
+    f(std::integral_constant<int, 1>());
+  }
+}
+
 // channel_apply_kernel over x [outer, channels, inner], in packs where the Op has them and the
 // channel's runs and pointers allow (as the reduction's loads).
 template <typename I, class Op>
 void launch_channel_apply(const KernelContext& ctx, int64_t total, int64_t channels,
                           int64_t inner, const Op& op, const float* coefficients) {
-  if constexpr (has_packed_loads<Op>::value) {
-    constexpr int kElement = Op::kPackElementBytes;
-    int pack = 16 / kElement;
-    while (pack > 1 && (inner % pack != 0 || !op.packs_aligned(pack * kElement))) pack /= 2;
-    bool launched = false;
-    auto launch = [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      channel_apply_kernel<I, Op, V><<<grid_for(total / V), kBlockThreads, 0, ctx.stream>>>(
-          I(total / V), I(channels), Divider<I>(inner), Divider<I>(channels), op, coefficients);
-      launched = true;
-    };
-    if constexpr (kElement <= 2)
-      if (pack == 8) launch(std::integral_constant<int, 8>());
-    if constexpr (kElement <= 4)
-      if (pack == 4) launch(std::integral_constant<int, 4>());
-    if (pack == 2) launch(std::integral_constant<int, 2>());
-    if (launched) return;
-  }
-  channel_apply_kernel<I, Op><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-      I(total), I(channels), Divider<I>(std::max<int64_t>(inner, 1)), Divider<I>(channels), op,
-      coefficients);
+  with_channel_pack(inner, op, [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    channel_apply_kernel<I, Op, V><<<grid_for(total / V), kBlockThreads, 0, ctx.stream>>>(
+        I(total / V), I(channels), Divider<I>(std::max<int64_t>(inner, 1)), Divider<I>(channels),
+        op, coefficients);
+  });
 }
 
 // Reduces x[outer, channels, inner] channel by channel with `op` (and applies, if Op::kApply).
@@ -414,29 +414,12 @@ void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channel
   walk.one_run = outer == 1 || channels == 1;
   const int64_t tasks = channels * parts;
   const unsigned grid = unsigned(std::min<int64_t>(tasks, int64_t(1) << 24));
-  // The widest pack (16 bytes at most) that every run of a channel and the pointers allow.
-  bool launched = false;
-  if constexpr (has_packed_loads<Op>::value) {
-    constexpr int kElement = Op::kPackElementBytes;
-    int pack = 16 / kElement;
-    while (pack > 1 && (inner % pack != 0 || length % pack != 0 ||
-                        !op.packs_aligned(pack * kElement)))
-      pack /= 2;
-    auto launch = [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      channel_reduce_kernel<I, Op, V><<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op,
-                                                                              scratch);
-      launched = true;
-    };
-    if constexpr (kElement <= 2)
-      if (pack == 8) launch(std::integral_constant<int, 8>());
-    if constexpr (kElement <= 4)
-      if (pack == 4) launch(std::integral_constant<int, 4>());
-    if (pack == 2) launch(std::integral_constant<int, 2>());
-  }
-  if (!launched)
-    channel_reduce_kernel<I, Op><<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op,
-                                                                         scratch);
+  // Packs of V values: length = outer * inner is a multiple of V when inner is.
+  with_channel_pack(inner, op, [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    channel_reduce_kernel<I, Op, V><<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op,
+                                                                            scratch);
+  });
   if constexpr (Op::kApply) {
     if (parts > 1)
       launch_channel_apply<I>(ctx, length * channels, channels, inner, op, scratch.coefficients);

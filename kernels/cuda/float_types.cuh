@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "trident/core/dtype.h"
 #include "trident/core/half.h"
@@ -91,6 +92,18 @@ __device__ __forceinline__ void store_pack(S* p, I at, const float (&in)[V]) {
 // Whether every pointer allows Pack<S, V> accesses at element offsets that are multiples of V.
 inline bool pack_aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % (bytes < 16 ? bytes : 16) == 0;
+}
+
+// A pack width chosen at run time (8, 4, 2 or 1 elements of kElementBytes, 16 bytes at most)
+// passed to f as a template argument: f(std::integral_constant<int, V>()).
+template <int kElementBytes, class F>
+void with_pack_width(int width, F&& f) {
+  if constexpr (kElementBytes <= 2)
+    if (width == 8) return f(std::integral_constant<int, 8>());
+  if constexpr (kElementBytes <= 4)
+    if (width == 4) return f(std::integral_constant<int, 4>());
+  if (width == 2) return f(std::integral_constant<int, 2>());
+  f(std::integral_constant<int, 1>());
 }
 
 // The storage type of dtype (f32, f16, bf16) passed to f as a value: f(float{}), f(Bf16{}), ...

@@ -222,11 +222,7 @@ void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const f
     auto with_width = [&](auto zero) {
       const int q =
           std::min(pack_for(positions, src, sizeof(S)), pack_for(positions, dst, sizeof(S)));
-      if constexpr (sizeof(S) == 2)
-        if (q == 8) return run(zero, std::integral_constant<int, 8>());
-      if (q == 4) return run(zero, std::integral_constant<int, 4>());
-      if (q == 2) return run(zero, std::integral_constant<int, 2>());
-      run(zero, std::integral_constant<int, 1>());
+      with_pack_width<sizeof(S)>(q, [&](auto width) { run(zero, width); });
     };
     if (fits_int32(total)) with_width(int32_t(0)); else with_width(int64_t(0));
   });
@@ -246,22 +242,19 @@ void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, 
     using S = decltype(tag);
     const PatchDims<I> d = patch_dims<I>(s, rows_per_sample, samples, folded);
     const int q = y_items == 0 ? pack_for(d.p, col, sizeof(S)) : 1;
-    auto packed = [&](auto width) {
+    with_pack_width<sizeof(S)>(q, [&](auto width) {
       constexpr int Q = decltype(width)::value;
-      const int64_t items = col_items / Q;
-      im2col_packed_kernel<S, I, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
-          d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
-          Divider<I>(d.p / Q));
-    };
-    if constexpr (sizeof(S) == 2)
-      if (q == 8) return packed(std::integral_constant<int, 8>());
-    if (q == 4) return packed(std::integral_constant<int, 4>());
-    if (q == 2) return packed(std::integral_constant<int, 2>());
-    im2col_kernel<S, I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
-        patch_dims<I>(s, rows_per_sample, samples, folded), static_cast<const S*>(x),
-        static_cast<S*>(col),
-        ones_row, I(col_items), bias, I(y_items), I(s.out_channels), Divider<I>(s.out_channels),
-        static_cast<S*>(y));
+      if constexpr (Q == 1) {  // one value a thread, and the bias items
+        im2col_kernel<S, I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
+            d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(col_items), bias,
+            I(y_items), I(s.out_channels), Divider<I>(s.out_channels), static_cast<S*>(y));
+      } else {
+        const int64_t items = col_items / Q;
+        im2col_packed_kernel<S, I, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
+            d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
+            Divider<I>(d.p / Q));
+      }
+    });
   });
 }
 
@@ -295,23 +288,21 @@ void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
     S* out = static_cast<S*>(dx);
     const bool small = fits_int32(std::max(total, col_size)) && coordinates_fit(s);
     const int q = small ? pack_for(s.width, dx, sizeof(S)) : 1;
-    auto packed = [&](auto width) {
+    with_pack_width<sizeof(S)>(q, [&](auto width) {
       constexpr int Q = decltype(width)::value;
-      const int64_t items = total / Q;
-      col2im_packed_kernel<S, int32_t, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
-          patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(items),
-          Divider<int32_t>(int32_t(s.width / Q)), out);
-    };
-    if constexpr (sizeof(S) == 2)
-      if (q == 8) return packed(std::integral_constant<int, 8>());
-    if (q == 4) return packed(std::integral_constant<int, 4>());
-    if (q == 2) return packed(std::integral_constant<int, 2>());
-    if (small)
-      col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(total), out);
-    else
-      col2im_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          patch_dims<int64_t>(s, rows_per_sample, samples, folded), cols, total, out);
+      if constexpr (Q > 1) {
+        const int64_t items = total / Q;
+        col2im_packed_kernel<S, int32_t, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
+            patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(items),
+            Divider<int32_t>(int32_t(s.width / Q)), out);
+      } else if (small) {
+        col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+            patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(total), out);
+      } else {
+        col2im_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
+            patch_dims<int64_t>(s, rows_per_sample, samples, folded), cols, total, out);
+      }
+    });
   });
 }
 
