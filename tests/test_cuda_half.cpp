@@ -566,6 +566,59 @@ TEST_CASE("cuda half: allow_tf32 takes effect per GEMM call", "[cuda][half][gemm
   }
 }
 
+TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
+          "[cuda][half][conv2d][tf32]") {
+  if (std::getenv("TRIDENT_CUDA_TF32")) return;
+  Conv2dShape s;  // 3x3, stride 1: every GEMM of forward and backward on TF32 tensor cores
+  s.batch = 4; s.in_channels = 24; s.height = 17; s.width = 15; s.out_channels = 40;
+  s.kernel_h = 3; s.kernel_w = 3; s.pad_h = 1; s.pad_w = 1;
+  const std::vector<float> x = random_values(size_t(s.input_numel()), 61),
+                           w = random_values(size_t(s.weight_numel()), 62),
+                           dy = random_values(size_t(s.output_numel()), 63);
+  // cpu:0's float32 results and, from the absolute values, what rounding errors scale with.
+  auto run = [&](Device& d, const std::vector<float>& xs, const std::vector<float>& ws,
+                 const std::vector<float>& dys, bool tf32) {
+    Conv2dShape t = s;
+    t.allow_tf32 = tf32;
+    Tensor workspace = Tensor::empty(d, {int64_t(std::max<size_t>(d.conv2d_workspace_bytes(t), 1))},
+                                     DType::u8);
+    Tensor tx = Tensor::from_host(d, {s.input_numel()}, xs);
+    Tensor tw = Tensor::from_host(d, {s.weight_numel()}, ws);
+    Tensor tdy = Tensor::from_host(d, {s.output_numel()}, dys);
+    Tensor y = Tensor::empty(d, {s.output_numel()}), dx = Tensor::empty(d, {s.input_numel()});
+    Tensor dw = Tensor::empty(d, {s.weight_numel()});
+    d.conv2d_forward(t, tx, tw, Tensor(), y, workspace);
+    d.conv2d_backward(t, tx, tw, tdy, dx, dw, Tensor(), workspace);
+    return Outputs{y.to_host(), dx.to_host(), dw.to_host()};
+  };
+  auto absolute = [](std::vector<float> v) {
+    for (float& e : v) e = std::fabs(e);
+    return v;
+  };
+  const Outputs want = run(cpu(), x, w, dy, false);
+  const Outputs magnitude = run(cpu(), absolute(x), absolute(w), absolute(dy), false);
+  for (Device* d : cuda_devices()) {
+    INFO(d->info().id());
+    for (size_t o = 0; o < 3; ++o) {
+      INFO("output " << o << " (y, dx, dw)");
+      auto worst = [&](bool tf32) {
+        const Outputs got = run(*d, x, w, dy, tf32);
+        double out = 0.0;
+        for (size_t i = 0; i < want[o].size(); ++i)
+          out = std::max(out, std::fabs(double(got[o][i]) - double(want[o][i])) /
+                                  (double(magnitude[o][i]) + 1e-30));
+        return out;
+      };
+      const double exact = worst(false), tf32 = worst(true);
+      WARN(d->info().id() << " conv output " << o << ": max |error| / sum|xw|: float32 " << exact
+                          << ", TF32 " << tf32);
+      CHECK(exact < std::ldexp(1.0, -17));  // float32 on both sides, in different orders
+      CHECK(tf32 > std::ldexp(1.0, -17));   // operands really rounded to TF32 ...
+      CHECK(tf32 < std::ldexp(1.0, -9));    // ... and nothing worse than that
+    }
+  }
+}
+
 TEST_CASE("cuda half: a bf16 MLP trains as the float32 one does", "[cuda][half][training]") {
   const DatasetSplits data = trident::testing::small_splits(256, 64);
   for (Device* d : cuda_devices()) {
