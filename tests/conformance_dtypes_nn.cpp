@@ -37,9 +37,12 @@ std::vector<Conv2dShape> conv_shapes(DType t) {
           conv(2, 4, 9, 9, 7, 1, 1, 2, 2, 0, 0, t),      // 1x1 stride 2 (ResNet shortcut)
           conv(2, 3, 11, 8, 5, 2, 4, 3, 1, 1, 2, t),     // every dimension different
           conv(3, 16, 9, 7, 5, 3, 3, 1, 1, 1, 1, t),     // CUDA's folded layout (CKK >= 128)
-          // Past one GEMM tile (70 channels, K = 360), and 3600 positions a channel.
-          conv(3, 40, 13, 11, 70, 3, 3, 1, 1, 1, 1, t),
-          conv(4, 8, 30, 30, 20, 3, 3, 1, 1, 1, 1, t)};
+          conv(3, 40, 13, 11, 70, 3, 3, 1, 1, 1, 1, t),  // past one GEMM tile
+          // Channels in 32s, stride 1, 100 positions or more: CUDA's implicit GEMM. Position
+          // tiles across samples, a rectangular kernel whose padding leaves none on one side for
+          // dx; 3600 positions (the weight gradient split over slices of them).
+          conv(3, 32, 10, 11, 96, 3, 5, 1, 1, 2, 1, t),
+          conv(4, 32, 30, 30, 32, 3, 3, 1, 1, 1, 1, t)};
 }
 
 Pool2dShape pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,

@@ -570,7 +570,7 @@ TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
           "[cuda][half][conv2d][tf32]") {
   if (std::getenv("TRIDENT_CUDA_TF32")) return;
   Conv2dShape s;  // 3x3, stride 1: every GEMM of forward and backward on TF32 tensor cores
-  s.batch = 4; s.in_channels = 24; s.height = 17; s.width = 15; s.out_channels = 40;
+  s.batch = 4; s.in_channels = 32; s.height = 17; s.width = 15; s.out_channels = 64;
   s.kernel_h = 3; s.kernel_w = 3; s.pad_h = 1; s.pad_w = 1;
   const std::vector<float> x = random_values(size_t(s.input_numel()), 61),
                            w = random_values(size_t(s.weight_numel()), 62),

@@ -4,10 +4,12 @@
 
 #include "trident/backends/cuda/cublas_gemm.h"
 #include "trident/backends/cuda/cuda_check.h"
+#include "trident/core/env.h"
 #include "trident/core/error.h"
 #include "trident/core/log.h"
 #include "trident/kernels/cuda/convert.h"
 #include "trident/kernels/cuda/elementwise.h"
+#include "trident/kernels/cuda/implicit_conv.h"
 
 namespace trident::cuda {
 namespace {
@@ -45,6 +47,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
   try {
     TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), ordinal_);
     gemm_ = std::make_unique<CublasGemm>(ordinal_, stream_, tf32_);
+    implicit_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true) && implicit_conv_available();
     const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
     const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
     const size_t bytes = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);

@@ -132,10 +132,15 @@ class CudaDevice final : public Device {
   KernelContext kernel_context(bool with_error_flag = false);
   // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
+  // Whether this convolution runs as implicit GEMM (stride 1, not 1x1, 16-bit or TF32).
+  bool implicit_conv(const Conv2dShape& s) const;
 
   DeviceInfo info_;
   int ordinal_ = 0;
   bool tf32_ = false;
+  // Convolutions through kernels/cuda/implicit_conv.h where they fit (TRIDENT_CUDA_IMPLICIT_CONV,
+  // default on, and sm_80 code in the binary); otherwise im2col + cuBLAS.
+  bool implicit_conv_ = false;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasGemm> gemm_;
   void* scratch_memory_ = nullptr;  // ReduceScratch's buffers, allocated once

@@ -29,6 +29,12 @@
 // batched, 0.120 as one product; at 28x28 and for the 1x1 shortcuts batched stays best.
 // Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; one sample's worth when the
 // weight gradient is one product), then (folded) t, OC x n P elements, also holding dyt.
+//
+// Implicit (CudaDevice::implicit_conv: stride 1, not 1x1, channels multiples of 32, 16-bit, at
+// least 100 output positions): no columns at all; kernels/cuda/implicit_conv.h gathers the patches from x and dy in
+// NHWC into shared memory for the forward, the data gradient (the flipped kernel over dy) and the
+// weight gradient (float32 partials over slices of the positions, summed in a fixed order); db
+// by channel_sums. The workspace then holds x in NHWC, which the backward reuses.
 #include <algorithm>
 #include <type_traits>
 
@@ -37,6 +43,7 @@
 #include "trident/kernels/cuda/channel.h"
 #include "trident/kernels/cuda/conv2d.h"
 #include "trident/kernels/cuda/im2col.h"
+#include "trident/kernels/cuda/implicit_conv.h"
 
 namespace trident::cuda {
 namespace {
@@ -88,8 +95,18 @@ struct ConvPlan {
 
 }  // namespace
 
+bool CudaDevice::implicit_conv(const Conv2dShape& s) const {
+  const bool pointwise = s.kernel_h == 1 && s.kernel_w == 1 && s.pad_h == 0 && s.pad_w == 0;
+  // Where it pays (ResNet bf16 on an H200, whole steps): images of 100 positions or more (the
+  // 28x28 and 14x14 layers; at 7x7 the folded cuBLAS products win), 16-bit only (TF32 with these
+  // kernels was slower than cuBLAS at every size).
+  return implicit_conv_ && !pointwise && implicit_conv_fits(s) &&
+         s.out_height() * s.out_width() >= 100;
+}
+
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   if (s.batch == 0) return 0;
+  if (implicit_conv(s)) return implicit_conv_workspace(info_.compute_units, s).bytes;
   const ConvPlan plan(s);
   return plan.col_bytes + plan.dw_part_bytes + plan.t_bytes;
 }
@@ -97,10 +114,16 @@ size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
 bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                    const Tensor& b, const Tensor& y, const Tensor& workspace) {
   const KernelContext ctx = kernel_context();
+  const float* bias = device_ptr<const float>(b);
+  if (implicit_conv(s)) {
+    launch_implicit_conv_forward(ctx, s, device_ptr<const void>(x), device_ptr<const void>(w),
+                                 bias, device_ptr<void>(y), device_ptr<char>(workspace));
+    check_launch("implicit_conv_forward");
+    return true;
+  }
   const ConvPlan plan(s);
   void* col = device_ptr<void>(workspace);
   void* t = device_ptr<char>(workspace) + plan.col_bytes + plan.dw_part_bytes;
-  const float* bias = device_ptr<const float>(b);
   for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
     const int64_t samples = std::min(plan.chunk, s.batch - n0);
     const void* x_n = plan.sample(device_ptr<const void>(x), n0, plan.in_size);
@@ -142,6 +165,20 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
                                     const Tensor& db, const Tensor& workspace,
                                     bool workspace_valid) {
   const KernelContext ctx = kernel_context();
+  if (implicit_conv(s)) {
+    launch_implicit_conv_backward(ctx, s, device_ptr<const void>(x), device_ptr<const void>(w),
+                                  device_ptr<const void>(dy), device_ptr<void>(dx),
+                                  device_ptr<float>(dw), device_ptr<char>(workspace),
+                                  workspace_valid);
+    check_launch("implicit_conv_backward");
+    if (db.defined()) {
+      launch_channel_sums(ctx, s.dtype, device_ptr<const void>(dy), nullptr,
+                          device_ptr<float>(db), s.batch, s.out_channels,
+                          s.out_height() * s.out_width(), 0.0f);
+      check_launch("channel_sums");
+    }
+    return true;
+  }
   const ConvPlan plan(s);
   void* col = device_ptr<void>(workspace);
   float* dw_part = reinterpret_cast<float*>(device_ptr<char>(workspace) + plan.col_bytes);

@@ -1,0 +1,514 @@
+// Implicit-GEMM convolution on tensor cores through WMMA (kernels/cuda/implicit_conv.h).
+//
+// Both product kernels compute a block tile C[BM, BN] of A[M, K] B[K, N] with 8 warps, each a
+// 32 x (BN / warps across) piece of 16x16 fragments, over K in steps of 32. A step's tiles are
+// loaded from global memory into registers (16-byte vectors) while the tensor cores work on the
+// previous step's tiles in shared memory (two stages), then stored to the other stage.
+//
+// gather kernel (forward, data gradient): M = output channels, N = output positions (n, oy, ox)
+//   of all samples, K = (r, s, c) of the gathered NHWC input, c fastest: a step is 32 channels
+//   of one tap. B[k, j] = in_t[n, oy - PH + r, ox - PW + s, c] (zero outside), stored
+//   [position][k]; A[m, k] = w_t[m, r, s, c]. The result goes through shared memory to
+//   out[n, m, oy, ox] (NCHW), coalesced along the positions, + bias[m], rounded once.
+// weight-gradient kernel: M = OC, N = (r, s, c), K = the positions of one slice of the batch.
+//   A[m, p] = dy_t[p, m]; B[p, j] = x_t gathered as above. Each slice writes float32 partials
+//   [slice, OC, C*KH*KW] in the kernel's own (c, r, s) order.
+#include "trident/kernels/cuda/implicit_conv.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "trident/kernels/cuda/conv2d.h"
+#include "trident/kernels/cuda/float_types.cuh"
+#include "trident/kernels/cuda/implicit_conv_layout.cuh"
+#include "trident/kernels/cuda/launch.cuh"
+
+namespace trident::cuda {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+using layout::transpose;
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kBK = 32;  // K per pipeline step of the gather kernel: one tap's 32 channels
+// Positions per step of the weight-gradient kernel (64 was slower on an H200: 118 against 100 us
+// for the ResNet's 28x28 32->32 layer).
+constexpr int kWgradBK = 32;
+constexpr int kWgradBN = 128;  // N per weight-gradient block
+// N per gather block: 256 when M fits 32 rows (each warp then has 2x2 fragments), else 128.
+template <int BM>
+constexpr int kGatherBN = BM == 32 ? 256 : 128;
+
+// What the tensor cores read for a storage type S (bf16 or f16: the same bits).
+template <typename S>
+struct MmaTraits;
+template <>
+struct MmaTraits<Bf16> {
+  using Element = __nv_bfloat16;
+  using FragType = __nv_bfloat16;
+  static constexpr int kK = 16, kPad = 8;
+};
+template <>
+struct MmaTraits<F16> {
+  using Element = __half;
+  using FragType = __half;
+  static constexpr int kK = 16, kPad = 8;
+};
+
+template <typename S>
+constexpr int kVec = 16 / int(sizeof(S));  // elements per 16-byte vector
+template <typename S>
+using Vec = Pack<S, kVec<S>>;
+
+// One 8-warp block's accumulators and its multiply over one step's tiles in shared memory.
+// A is [BM][kBK + pad] (row-major) or, kAColMajor, [kBK][BM + pad]; B is [kBK][kBN + pad]
+// (row-major) or, kBColMajor, [kBN][kBK + pad].
+template <typename S, int BM, int kBN, bool kAColMajor, bool kBColMajor, int kBK = 32>
+struct BlockMma {
+  using T = MmaTraits<S>;
+  using E = typename T::Element;
+  static constexpr int kWarpsM = BM / 32, kWarpsN = 8 / kWarpsM;
+  static constexpr int kWarpN = kBN / kWarpsN, kFragsM = 2, kFragsN = kWarpN / 16;
+  static_assert(kWarpsM * kWarpsN == 8 && kFragsN >= 1, "8 warps of 32 x 16k");
+  static constexpr int kLda = kAColMajor ? BM + T::kPad : kBK + T::kPad;
+  static constexpr int kLdb = kBColMajor ? kBK + T::kPad : kBN + T::kPad;
+  static constexpr int kAElems = kAColMajor ? kBK * kLda : BM * kLda;
+  static constexpr int kBElems = kBColMajor ? kBN * kLdb : kBK * kLdb;
+  static constexpr int kLdc = kBN + 4;  // the float result tile [BM][kLdc]
+  using ALayout = std::conditional_t<kAColMajor, wmma::col_major, wmma::row_major>;
+  using BLayout = std::conditional_t<kBColMajor, wmma::col_major, wmma::row_major>;
+
+  wmma::fragment<wmma::accumulator, 16, 16, T::kK, float> acc[kFragsM][kFragsN];
+  int warp_m, warp_n;
+
+  __device__ BlockMma() {
+    const int warp = threadIdx.x / 32;
+    warp_m = warp / kWarpsN;
+    warp_n = warp % kWarpsN;
+#pragma unroll
+    for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+
+  __device__ void step(const E* a_tile, const E* b_tile) {
+#pragma unroll
+    for (int k = 0; k < kBK; k += T::kK) {
+      wmma::fragment<wmma::matrix_a, 16, 16, T::kK, typename T::FragType, ALayout> a[kFragsM];
+      wmma::fragment<wmma::matrix_b, 16, 16, T::kK, typename T::FragType, BLayout> b[kFragsN];
+#pragma unroll
+      for (int i = 0; i < kFragsM; ++i) {
+        const int row = warp_m * 32 + i * 16;
+        wmma::load_matrix_sync(a[i], a_tile + (kAColMajor ? k * kLda + row : row * kLda + k),
+                               kLda);
+      }
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j) {
+        const int col = warp_n * kWarpN + j * 16;
+        wmma::load_matrix_sync(b[j], b_tile + (kBColMajor ? col * kLdb + k : k * kLdb + col),
+                               kLdb);
+      }
+#pragma unroll
+      for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+        for (int j = 0; j < kFragsN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+  }
+
+  __device__ void store(float* c) const {
+#pragma unroll
+    for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j)
+        wmma::store_matrix_sync(c + (warp_m * 32 + i * 16) * kLdc + warp_n * kWarpN + j * 16,
+                                acc[i][j], kLdc, wmma::mem_row_major);
+  }
+
+  // Shared memory: two stages of tiles, reused for the result tile; then `extra` bytes.
+  static constexpr int kStageBytes = (kAElems + kBElems) * int(sizeof(E));
+  static constexpr int kTileBytes =
+      (std::max(2 * kStageBytes, BM * kLdc * 4) + 127) / 128 * 128;
+  __device__ static E* a_stage(char* smem, int stage) {
+    return reinterpret_cast<E*>(smem + stage * kStageBytes);
+  }
+  __device__ static E* b_stage(char* smem, int stage) { return a_stage(smem, stage) + kAElems; }
+};
+
+// A 16-byte vector of S from global memory (or zeros) to shared memory, as the tensor cores'
+// element type (the same bits).
+template <typename S>
+__device__ __forceinline__ Vec<S> load_vec(const S* p, bool ok) {
+  Vec<S> v;
+  if (ok) {
+    v = *reinterpret_cast<const Vec<S>*>(p);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec<S>; ++e) v.v[e] = from_float<S>(0.0f);
+  }
+  return v;
+}
+template <typename S, typename E>
+__device__ __forceinline__ void store_vec(E* p, const Vec<S>& v) {
+  *reinterpret_cast<Vec<S>*>(p) = v;
+}
+
+// The gathered operand in[N, XH, XW, XC] (NHWC) through a KH x KW window, stride 1; outputs
+// yh x yw per sample.
+struct Gather {
+  int xc, xh, xw, kh, kw, ph, pw, yh, yw;
+};
+
+// Image, padding and kernel are under kMaxExtent (implicit_conv_fits), so a row index of
+// kFarOutside plus any kernel row fails every bounds check.
+constexpr int kMaxExtent = 0x4000;
+constexpr int kFarOutside = -2 * kMaxExtent;
+
+template <typename S, int BM, int kBN = kGatherBN<BM>>
+__global__ void __launch_bounds__(kThreads)
+    gather_conv_kernel(const S* __restrict__ in_t, const S* __restrict__ w_t,
+                       const float* __restrict__ bias, S* __restrict__ out, Gather g, int m_total,
+                       int columns) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using Mma = BlockMma<S, BM, kBN, false, true>;
+  using E = typename Mma::E;
+  constexpr int V = kVec<S>, kVecsPerRow = kBK / V;
+  constexpr int kBVecs = kBN * kVecsPerRow / kThreads;                 // per thread
+  constexpr int kAVecs = (BM * kVecsPerRow + kThreads - 1) / kThreads;  // per thread
+  extern __shared__ __align__(128) char smem[];
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.y * BM, col0 = blockIdx.x * kBN;
+  const int k_total = g.kh * g.kw * g.xc;
+  const int positions = g.yh * g.yw;
+  // This thread's B vectors: positions col0 + bpos[i], channels cv * V of each step.
+  const int cv = tid % kVecsPerRow;
+  int b_base[kBVecs], b_iy[kBVecs], b_ix[kBVecs];
+#pragma unroll
+  for (int i = 0; i < kBVecs; ++i) {
+    const int column = col0 + tid / kVecsPerRow + i * (kThreads / kVecsPerRow);
+    const bool ok = column < columns;
+    const int n = ok ? column / positions : 0, pos = column - n * positions;
+    const int oy = pos / g.yw, ox = pos - oy * g.yw;
+    b_iy[i] = ok ? oy - g.ph : kFarOutside;
+    b_ix[i] = ox - g.pw;
+    b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * V : 0;
+  }
+  Vec<S> b_reg[kBVecs], a_reg[kAVecs];
+  auto load = [&](int k0) {
+    const int tap = k0 / g.xc, c0 = k0 - tap * g.xc, r = tap / g.kw, s = tap - r * g.kw;
+    const int shift = (r * g.xw + s) * g.xc + c0;
+#pragma unroll
+    for (int i = 0; i < kBVecs; ++i) {
+      const int iy = b_iy[i] + r, ix = b_ix[i] + s;
+      const bool ok = unsigned(iy) < unsigned(g.xh) && unsigned(ix) < unsigned(g.xw);
+      b_reg[i] = load_vec(in_t + b_base[i] + shift, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kAVecs; ++i) {
+      const int v = tid + i * kThreads, m = m0 + v / kVecsPerRow;
+      const bool ok = v < BM * kVecsPerRow && m < m_total;
+      a_reg[i] = load_vec(w_t + int64_t(ok ? m : 0) * k_total + k0 + (v % kVecsPerRow) * V, ok);
+    }
+  };
+  auto store = [&](int stage) {
+    E* a = Mma::a_stage(smem, stage);
+    E* b = Mma::b_stage(smem, stage);
+#pragma unroll
+    for (int i = 0; i < kBVecs; ++i)
+      store_vec<S>(b + (tid / kVecsPerRow + i * (kThreads / kVecsPerRow)) * Mma::kLdb + cv * V,
+                   b_reg[i]);
+#pragma unroll
+    for (int i = 0; i < kAVecs; ++i) {
+      const int v = tid + i * kThreads;
+      if (v < BM * kVecsPerRow)
+        store_vec<S>(a + (v / kVecsPerRow) * Mma::kLda + (v % kVecsPerRow) * V, a_reg[i]);
+    }
+  };
+
+  const int steps = k_total / kBK;  // XC is a multiple of 32
+  load(0);
+  store(0);
+  __syncthreads();
+  Mma mma;
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
+    if (step + 1 < steps) load((step + 1) * kBK);
+    mma.step(Mma::a_stage(smem, stage), Mma::b_stage(smem, stage));
+    if (step + 1 < steps) store(stage ^ 1);
+    __syncthreads();
+  }
+  float* c = reinterpret_cast<float*>(smem);
+  mma.store(c);
+  __syncthreads();
+  const int j = tid % kBN, column = col0 + j;
+  if (column >= columns) return;
+  const int n = column / positions, pos = column - n * positions;
+  S* out_n = out + int64_t(n) * m_total * positions + pos;
+#pragma unroll 4
+  for (int row = tid / kBN; row < BM; row += kThreads / kBN) {
+    const int m = m0 + row;
+    if (m >= m_total) break;
+    out_n[int64_t(m) * positions] =
+        from_float<S>(c[row * Mma::kLdc + j] + (bias ? bias[m] : 0.0f));
+  }
+#endif
+}
+
+template <typename S, int BM, int kBN = kWgradBN>
+__global__ void __launch_bounds__(kThreads)
+    wgrad_conv_kernel(const S* __restrict__ x_t, const S* __restrict__ dy_t,
+                      float* __restrict__ partials, Gather g, int m_total, int positions_total,
+                      int slice_positions) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using Mma = BlockMma<S, BM, kBN, true, false, kWgradBK>;
+  constexpr int kStep = kWgradBK;
+  using E = typename Mma::E;
+  constexpr int V = kVec<S>;
+  constexpr int kBVecsPerRow = kBN / V, kBVecs = kStep * kBVecsPerRow / kThreads;
+  constexpr int kAVecsPerRow = BM / V;
+  constexpr int kAVecs = (kStep * kAVecsPerRow + kThreads - 1) / kThreads;
+  extern __shared__ __align__(128) char smem[];
+  int* table = reinterpret_cast<int*>(smem + Mma::kTileBytes);  // [2][3][kStep]
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.y * BM, j0 = blockIdx.x * kBN;
+  const int taps = g.kh * g.kw, n_total = taps * g.xc;
+  const int p_begin = blockIdx.z * slice_positions;
+  const int p_end = min(positions_total, p_begin + slice_positions);
+  const int positions = g.yh * g.yw;
+  // This thread's B columns (fixed): j = j0 + jv * V, one tap and V channels of it.
+  const int jv = tid % kBVecsPerRow, j = j0 + jv * V;
+  const bool j_ok = j < n_total;
+  const int tap = j_ok ? j / g.xc : 0, r = tap / g.kw, s = tap - r * g.kw;
+  const int b_shift = (r * g.xw + s) * g.xc + (j - tap * g.xc);
+  // Per step, a table of its kStep positions: base offset, first row, first column (threads
+  // < kStep).
+  auto decode = [&](int p0, int* t) {
+    const int p = p0 + tid;
+    const bool ok = p < p_end;
+    const int n = ok ? p / positions : 0, pos = p - n * positions;
+    const int oy = pos / g.yw, ox = pos - oy * g.yw;
+    const int iy = ok ? oy - g.ph : kFarOutside, ix = ox - g.pw;
+    t[tid] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
+    t[kStep + tid] = iy;
+    t[2 * kStep + tid] = ix;
+  };
+  Vec<S> b_reg[kBVecs], a_reg[kAVecs];
+  auto load = [&](int p0, const int* t) {
+#pragma unroll
+    for (int i = 0; i < kBVecs; ++i) {
+      const int row = tid / kBVecsPerRow + i * (kThreads / kBVecsPerRow);
+      const int iy = t[kStep + row] + r, ix = t[2 * kStep + row] + s;
+      const bool ok = j_ok && unsigned(iy) < unsigned(g.xh) && unsigned(ix) < unsigned(g.xw);
+      b_reg[i] = load_vec(x_t + t[row] + b_shift, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kAVecs; ++i) {
+      const int v = tid + i * kThreads, p = p0 + v / kAVecsPerRow;
+      const int m = m0 + (v % kAVecsPerRow) * V;
+      const bool ok = v < kStep * kAVecsPerRow && p < p_end && m < m_total;
+      a_reg[i] = load_vec(dy_t + int64_t(ok ? p : 0) * m_total + (ok ? m : 0), ok);
+    }
+  };
+  auto store = [&](int stage) {
+    E* a = Mma::a_stage(smem, stage);
+    E* b = Mma::b_stage(smem, stage);
+#pragma unroll
+    for (int i = 0; i < kBVecs; ++i)
+      store_vec<S>(b + (tid / kBVecsPerRow + i * (kThreads / kBVecsPerRow)) * Mma::kLdb + jv * V,
+                   b_reg[i]);
+#pragma unroll
+    for (int i = 0; i < kAVecs; ++i) {
+      const int v = tid + i * kThreads;
+      if (v < kStep * kAVecsPerRow)
+        store_vec<S>(a + (v / kAVecsPerRow) * Mma::kLda + (v % kAVecsPerRow) * V, a_reg[i]);
+    }
+  };
+  Mma mma;
+  const int steps = p_begin < p_end ? (p_end - p_begin + kStep - 1) / kStep : 0;
+  if (steps > 0) {
+    if (tid < kStep) decode(p_begin, table);
+    __syncthreads();
+    load(p_begin, table);
+    store(0);
+    if (tid < kStep && steps > 1) decode(p_begin + kStep, table + 3 * kStep);
+    __syncthreads();
+    for (int step = 0; step < steps; ++step) {
+      const int stage = step & 1;
+      if (step + 1 < steps) load(p_begin + (step + 1) * kStep, table + (stage ^ 1) * 3 * kStep);
+      mma.step(Mma::a_stage(smem, stage), Mma::b_stage(smem, stage));
+      if (step + 1 < steps) store(stage ^ 1);
+      // The table of step + 2 replaces step's, read by the loads of the previous iteration.
+      if (step + 2 < steps && tid < kStep) decode(p_begin + (step + 2) * kStep, table + stage * 3 * kStep);
+      __syncthreads();
+    }
+  }
+  float* c = reinterpret_cast<float*>(smem);
+  mma.store(c);
+  __syncthreads();
+  // partials[slice, m, (c, r, s)]: the (r, s, c) column jj goes to c * taps + tap.
+  float* out = partials + int64_t(blockIdx.z) * m_total * n_total;
+  const int jj = j0 + tid % kBN;
+  if (jj >= n_total) return;
+  const int out_tap = jj / g.xc, out_c = jj - out_tap * g.xc, at = out_c * taps + out_tap;
+#pragma unroll 4
+  for (int row = tid / kBN; row < BM; row += kThreads / kBN) {
+    const int m = m0 + row;
+    if (m >= m_total) break;
+    out[int64_t(m) * n_total + at] = c[row * Mma::kLdc + tid % kBN];
+  }
+#endif
+}
+
+// Launches kKernel with its dynamic shared memory (opting in past 48 KB once per kernel).
+template <auto kKernel, typename... Args>
+void launch_with_smem(int bytes, dim3 grid, cudaStream_t stream, const Args&... args) {
+  static const cudaError_t opted =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  (void)opted;  // a failure shows as the launch's error
+  kKernel<<<grid, kThreads, bytes, stream>>>(args...);
+}
+
+template <class F>
+void with_block_rows(int64_t m, F&& f) {
+  if (m <= 32) f(std::integral_constant<int, 32>());
+  else if (m <= 64) f(std::integral_constant<int, 64>());
+  else f(std::integral_constant<int, 128>());
+}
+
+template <typename S>
+void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const float* bias,
+            void* out, const Gather& g, int64_t batch, int64_t m_total) {
+  const int64_t columns = batch * g.yh * g.yw;
+  if (columns == 0 || m_total == 0) return;
+  with_block_rows(m_total, [&](auto bm) {
+    constexpr int BM = decltype(bm)::value;
+    constexpr int BN = kGatherBN<BM>;
+    using Mma = BlockMma<S, BM, BN, false, true>;
+    const dim3 grid(unsigned((columns + BN - 1) / BN), unsigned((m_total + BM - 1) / BM));
+    launch_with_smem<gather_conv_kernel<S, BM>>(
+        Mma::kTileBytes, grid, ctx.stream, static_cast<const S*>(in_t),
+        static_cast<const S*>(w_t), bias, static_cast<S*>(out), g, int(m_total), int(columns));
+  });
+}
+
+Gather forward_gather(const Conv2dShape& s) {
+  return {int(s.in_channels), int(s.height),    int(s.width),       int(s.kernel_h), int(s.kernel_w),
+          int(s.pad_h),       int(s.pad_w),     int(s.out_height()), int(s.out_width())};
+}
+
+int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The 16-bit storage type of dtype passed to f as a value.
+template <class F>
+void with_half_type(DType dtype, F&& f) {
+  if (dtype == DType::bf16) f(Bf16{});
+  else f(F16{});
+}
+
+}  // namespace
+
+bool implicit_conv_available() {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, gather_conv_kernel<Bf16, 32>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.binaryVersion >= 80;
+}
+
+bool implicit_conv_fits(const Conv2dShape& s) {
+  if (s.dtype != DType::bf16 && s.dtype != DType::f16) return false;
+  // Offsets in 32-bit ints; image, padding and kernel under kMaxExtent.
+  return s.stride_h == 1 && s.stride_w == 1 && s.in_channels % 32 == 0 &&
+         s.out_channels % 32 == 0 && s.in_channels > 0 && s.out_channels > 0 &&
+         s.input_numel() < INT_MAX / 2 && s.output_numel() < INT_MAX / 2 &&
+         s.weight_numel() < INT_MAX / 2 && s.height + 2 * s.pad_h + s.kernel_h < kMaxExtent &&
+         s.width + 2 * s.pad_w + s.kernel_w < kMaxExtent;
+}
+
+ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
+  ImplicitConvWorkspace ws;
+  const int64_t element = int64_t(dtype_size(s.dtype));
+  const int64_t bm = s.out_channels <= 32 ? 32 : s.out_channels <= 64 ? 64 : 128;
+  const int64_t tiles =
+      ((s.out_channels + bm - 1) / bm) * ((s.patch_size() + kWgradBN - 1) / kWgradBN);
+  const int64_t positions = s.batch * s.out_height() * s.out_width();
+  // About four blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
+  const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles;
+  const int64_t most = std::max<int64_t>(1, positions / (8 * kWgradBK));
+  const int64_t memory = std::max<int64_t>(1, (int64_t(64) << 20) / (4 * s.weight_numel()));
+  ws.splits = std::max<int64_t>(1, std::min({want, most, memory}));
+  ws.x_t = 0;
+  ws.dy_t = size_t(round_bytes(s.input_numel() * element));
+  ws.w_t = ws.dy_t + size_t(round_bytes(s.output_numel() * element));
+  ws.partials = ws.w_t + size_t(round_bytes(s.weight_numel() * element));
+  ws.bytes = ws.partials + size_t(ws.splits * s.weight_numel()) * sizeof(float);
+  return ws;
+}
+
+void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
+                                  const void* w, const float* bias, void* y, char* workspace) {
+  if (s.batch == 0) return;
+  const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
+  const int64_t taps = s.kernel_h * s.kernel_w;
+  with_half_type(s.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
+    transpose<S>(ctx, w, workspace + ws.w_t, s.out_channels, s.in_channels, taps);
+    gather<S>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
+              s.out_channels);
+  });
+}
+
+void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
+                                   const void* w, const void* dy, void* dx, float* dw,
+                                   char* workspace, bool x_t_valid) {
+  if (s.batch == 0) {
+    cudaMemsetAsync(dw, 0, size_t(s.weight_numel()) * sizeof(float), ctx.stream);
+    return;
+  }
+  const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
+  const int64_t taps = s.kernel_h * s.kernel_w, ckk = s.patch_size();
+  const int64_t positions = s.batch * s.out_height() * s.out_width();
+  const int64_t slice = (positions + ws.splits - 1) / ws.splits;
+  const int64_t slice_positions = (slice + kWgradBK - 1) / kWgradBK * kWgradBK;
+  float* partials = reinterpret_cast<float*>(workspace + ws.partials);
+  with_half_type(s.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if (!x_t_valid)
+      transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
+    transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
+                 s.out_height() * s.out_width());
+    with_block_rows(s.out_channels, [&](auto bm) {
+      constexpr int BM = decltype(bm)::value;
+      constexpr int BN = kWgradBN;
+      using Mma = BlockMma<S, BM, BN, true, false, kWgradBK>;
+      const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
+                      unsigned(ws.splits));
+      launch_with_smem<wgrad_conv_kernel<S, BM>>(
+          Mma::kTileBytes + 6 * kWgradBK * int(sizeof(int)), grid, ctx.stream,
+          static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
+          static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
+          forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
+    });
+    if (!dx) return;
+    const unsigned flip_blocks = unsigned(std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
+    layout::flip_kernel<S><<<flip_blocks, 256, 0, ctx.stream>>>(
+        static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t), int(s.out_channels),
+        int(s.in_channels), int(taps));
+    // dx[n, c, h, w] = sum over (oc, r, s) of w[oc, c, r, s] dy[n, oc, h + PH - r, w + PW - s]:
+    // with r' = KH-1-r a forward product over dy, padding KH-1-PH, the flipped kernel.
+    const Gather g{int(s.out_channels), int(s.out_height()), int(s.out_width()),
+                   int(s.kernel_h),     int(s.kernel_w),     int(s.kernel_h - 1 - s.pad_h),
+                   int(s.kernel_w - 1 - s.pad_w), int(s.height), int(s.width)};
+    gather<S>(ctx, workspace + ws.dy_t, workspace + ws.w_t, nullptr, dx, g, s.batch,
+              s.in_channels);
+  });
+  launch_conv_grad_reduce(ctx, partials, ws.splits, s.out_channels, ckk, false, false, dw,
+                          nullptr, false);
+}
+
+}  // namespace trident::cuda

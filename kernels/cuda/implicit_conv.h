@@ -1,0 +1,50 @@
+// CUDA implicit-GEMM convolution on tensor cores (bf16 and f16 with float32 accumulation) for
+// stride-1 convolutions whose channel counts are multiples of 32: the patch matrix is
+// gathered tile by tile into shared memory instead of being written out by im2col (9x the
+// activations for a 3x3 kernel) and read back by a GEMM, and col2im disappears.
+//
+// The gathered operand is read channels-last (NHWC), where a patch row's 32 channels at one
+// position are 64 contiguous bytes: one 16-byte load per 8 channels and one bounds check per
+// position and tap. So x and dy are first transposed to NHWC (one pass over the activations,
+// against im2col's nine), and the kernel to [OC, KH, KW, C] (forward) or flipped to
+// [C, KH, KW, OC] (data gradient). Results are written NCHW.
+//   forward:         y[N, OC, OH, OW] = conv(x, w) (+ bias);
+//   data gradient:   dx = the forward's product run on dy with the flipped kernel, padding
+//                    KH-1-PH and KW-1-PW;
+//   weight gradient: dw[OC, C*KH*KW] = sum over positions of dy times the gathered x, split over
+//                    slices of the positions into float32 partials that a fixed-order reduction
+//                    sums (launch_conv_grad_reduce).
+// Needs sm_80 or later code in the binary (implicit_conv_available()).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "trident/core/op_types.h"
+#include "trident/kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+// Whether this build has the kernels for the current device.
+bool implicit_conv_available();
+// Whether these kernels can run s: stride 1, C and OC multiples of 32, s.dtype bf16 or f16,
+// offsets within 32 bits.
+bool implicit_conv_fits(const Conv2dShape& s);
+
+// Workspace layout: x in NHWC, dy in NHWC, the rearranged kernel, the weight-gradient partials.
+struct ImplicitConvWorkspace {
+  size_t x_t = 0, dy_t = 0, w_t = 0, partials = 0, bytes = 0;  // byte offsets; total
+  int64_t splits = 1;  // slices of the positions the weight gradient is split over
+};
+// A function of the shape and the SM count only, so results do not depend on timing.
+ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s);
+
+// y from x (NCHW); leaves x in NHWC at ws.x_t, which the backward may reuse.
+void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
+                                  const void* w, const float* bias, void* y, char* workspace);
+// dw (float32, overwritten) and, when dx is not null, dx. x_t_valid: the workspace still holds x
+// in NHWC from the forward.
+void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
+                                   const void* w, const void* dy, void* dx, float* dw,
+                                   char* workspace, bool x_t_valid);
+
+}  // namespace trident::cuda
