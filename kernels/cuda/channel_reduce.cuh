@@ -35,6 +35,7 @@
 #pragma once
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
@@ -59,6 +60,29 @@ constexpr int coef_slots() { return Op::kCoefWords > 0 ? Op::kCoefWords : 1; }
 
 constexpr int kLoadBatch = 8;
 
+// Group adds (optional): an Op with `template <int V> void add_group(Local&, const Value (&)[V])
+// const` adds each batch of loaded values (a pack, or kLoadBatch values step apart) as one group,
+// e.g. Welford statistics merging the group's own mean and squared deviations (Chan et al.) with
+// one division instead of one a value.
+template <class Op, class = void>
+struct adds_groups : std::false_type {};
+template <class Op>
+struct adds_groups<Op, std::void_t<decltype(std::declval<const Op&>().template add_group<1>(
+                           std::declval<typename Op::Local&>(),
+                           std::declval<const typename Op::Value (&)[1]>()))>>
+    : std::true_type {};
+
+template <int V, class Op>
+__device__ __forceinline__ void add_values(const Op& op, typename Op::Local& local,
+                                           const typename Op::Value (&v)[V]) {
+  if constexpr (adds_groups<Op>::value) {
+    op.template add_group<V>(local, v);
+  } else {
+#pragma unroll
+    for (int u = 0; u < V; ++u) op.add(local, v[u]);
+  }
+}
+
 // Adds a thread's values first, first + step, ... (< end) to local in that order, with up to
 // kLoadBatch loads in flight. address(j): where value j is.
 template <typename I, class Op, class Address>
@@ -71,8 +95,7 @@ __device__ __forceinline__ void accumulate(const Op& op, typename Op::Local& loc
       typename Op::Value v[kLoadBatch];
 #pragma unroll
       for (int u = 0; u < kLoadBatch; ++u) v[u] = op.load(address(j + I(u) * step));
-#pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u) op.add(local, v[u]);
+      add_values<kLoadBatch>(op, local, v);
     }
   }
   for (; j < end; j += step) op.add(local, op.load(address(j)));
@@ -223,16 +246,13 @@ __device__ __forceinline__ void accumulate_packs(const Op& op, typename Op::Loca
 #pragma unroll
       for (int u = 0; u < kPacks; ++u) op.template load_packed<V>(address(k + I(u) * step), v[u]);
 #pragma unroll
-      for (int u = 0; u < kPacks; ++u)
-#pragma unroll
-        for (int e = 0; e < V; ++e) op.add(local, v[u][e]);
+      for (int u = 0; u < kPacks; ++u) add_values<V>(op, local, v[u]);
     }
   }
   for (; k < end; k += step) {
     typename Op::Value v[V];
     op.template load_packed<V>(address(k), v);
-#pragma unroll
-    for (int e = 0; e < V; ++e) op.add(local, v[e]);
+    add_values<V>(op, local, v);
   }
 }
 
