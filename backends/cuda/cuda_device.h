@@ -132,7 +132,7 @@ class CudaDevice final : public Device {
   KernelContext kernel_context(bool with_error_flag = false);
   // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
-  // Whether this convolution runs as implicit GEMM (stride 1, not 1x1, 16-bit or TF32).
+  // Whether this convolution runs as implicit GEMM (backends/cuda/ops_conv2d.cpp says where).
   bool implicit_conv(const Conv2dShape& s) const;
 
   DeviceInfo info_;

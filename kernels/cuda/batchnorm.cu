@@ -103,9 +103,10 @@ struct BatchNormStatsOp {
   }
 };
 
+static_assert(adds_groups<BatchNormStatsOp<Bf16, int32_t>>::value, "statistics add groups");
+
 // Backward: sum(dy) and sum(dy * (x - mean)) of channel c, then
 // dx = k * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), k = gamma * invstd.
-static_assert(adds_groups<BatchNormStatsOp<Bf16, int32_t>>::value, "statistics add groups");
 
 template <typename S, typename I>
 struct BatchNormGradOp {

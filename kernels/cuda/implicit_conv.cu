@@ -34,7 +34,7 @@ namespace wmma = nvcuda::wmma;
 using layout::transpose;
 
 constexpr int kThreads = 256;  // 8 warps
-constexpr int kBK = 32;  // K per pipeline step of the gather kernel: one tap's 32 channels
+constexpr int kBK = 32;        // K per pipeline step of the gather kernel: one tap's 32 channels
 // Positions per step of the weight-gradient kernel (64 was slower on an H200: 118 against 100 us
 // for the ResNet's 28x28 32->32 layer).
 constexpr int kWgradBK = 32;
@@ -128,10 +128,10 @@ struct BlockMma {
                                 acc[i][j], kLdc, wmma::mem_row_major);
   }
 
-  // Shared memory: two stages of tiles, reused for the result tile; then `extra` bytes.
+  // Shared memory: two stages of tiles, reused for the result tile (a kernel may put more after
+  // kTileBytes).
   static constexpr int kStageBytes = (kAElems + kBElems) * int(sizeof(E));
-  static constexpr int kTileBytes =
-      (std::max(2 * kStageBytes, BM * kLdc * 4) + 127) / 128 * 128;
+  static constexpr int kTileBytes = (std::max(2 * kStageBytes, BM* kLdc * 4) + 127) / 128 * 128;
   __device__ static E* a_stage(char* smem, int stage) {
     return reinterpret_cast<E*>(smem + stage * kStageBytes);
   }
@@ -176,14 +176,15 @@ __global__ void __launch_bounds__(kThreads)
   using Mma = BlockMma<S, BM, kBN, false, true>;
   using E = typename Mma::E;
   constexpr int V = kVec<S>, kVecsPerRow = kBK / V;
-  constexpr int kBVecs = kBN * kVecsPerRow / kThreads;                 // per thread
+  constexpr int kBVecs = kBN * kVecsPerRow / kThreads;                  // per thread
   constexpr int kAVecs = (BM * kVecsPerRow + kThreads - 1) / kThreads;  // per thread
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x;
   const int m0 = blockIdx.y * BM, col0 = blockIdx.x * kBN;
   const int k_total = g.kh * g.kw * g.xc;
   const int positions = g.yh * g.yw;
-  // This thread's B vectors: positions col0 + bpos[i], channels cv * V of each step.
+  // This thread's B vectors: kBVecs positions of the block, channels [cv * V, cv * V + V) of
+  // each step's 32.
   const int cv = tid % kVecsPerRow;
   int b_base[kBVecs], b_iy[kBVecs], b_ix[kBVecs];
 #pragma unroll
@@ -251,8 +252,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int row = tid / kBN; row < BM; row += kThreads / kBN) {
     const int m = m0 + row;
     if (m >= m_total) break;
-    out_n[int64_t(m) * positions] =
-        from_float<S>(c[row * Mma::kLdc + j] + (bias ? bias[m] : 0.0f));
+    out_n[int64_t(m) * positions] = from_float<S>(c[row * Mma::kLdc + j] +
+                                                  (bias ? bias[m] : 0.0f));
   }
 #endif
 }
@@ -341,7 +342,8 @@ __global__ void __launch_bounds__(kThreads)
       mma.step(Mma::a_stage(smem, stage), Mma::b_stage(smem, stage));
       if (step + 1 < steps) store(stage ^ 1);
       // The table of step + 2 replaces step's, read by the loads of the previous iteration.
-      if (step + 2 < steps && tid < kStep) decode(p_begin + (step + 2) * kStep, table + stage * 3 * kStep);
+      if (step + 2 < steps && tid < kStep)
+        decode(p_begin + (step + 2) * kStep, table + stage * 3 * kStep);
       __syncthreads();
     }
   }
@@ -365,17 +367,20 @@ __global__ void __launch_bounds__(kThreads)
 // Launches kKernel with its dynamic shared memory (opting in past 48 KB once per kernel).
 template <auto kKernel, typename... Args>
 void launch_with_smem(int bytes, dim3 grid, cudaStream_t stream, const Args&... args) {
-  static const cudaError_t opted =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  static const cudaError_t opted = cudaFuncSetAttribute(
+      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   (void)opted;  // a failure shows as the launch's error
   kKernel<<<grid, kThreads, bytes, stream>>>(args...);
 }
 
 template <class F>
 void with_block_rows(int64_t m, F&& f) {
-  if (m <= 32) f(std::integral_constant<int, 32>());
-  else if (m <= 64) f(std::integral_constant<int, 64>());
-  else f(std::integral_constant<int, 128>());
+  if (m <= 32)
+    f(std::integral_constant<int, 32>());
+  else if (m <= 64)
+    f(std::integral_constant<int, 64>());
+  else
+    f(std::integral_constant<int, 128>());
 }
 
 template <typename S>
@@ -395,8 +400,9 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
 }
 
 Gather forward_gather(const Conv2dShape& s) {
-  return {int(s.in_channels), int(s.height),    int(s.width),       int(s.kernel_h), int(s.kernel_w),
-          int(s.pad_h),       int(s.pad_w),     int(s.out_height()), int(s.out_width())};
+  return {int(s.in_channels), int(s.height),       int(s.width),
+          int(s.kernel_h),    int(s.kernel_w),     int(s.pad_h),
+          int(s.pad_w),       int(s.out_height()), int(s.out_width())};
 }
 
 int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -404,8 +410,10 @@ int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 // The 16-bit storage type of dtype passed to f as a value.
 template <class F>
 void with_half_type(DType dtype, F&& f) {
-  if (dtype == DType::bf16) f(Bf16{});
-  else f(F16{});
+  if (dtype == DType::bf16)
+    f(Bf16{});
+  else
+    f(F16{});
 }
 
 }  // namespace
@@ -433,8 +441,8 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
   ImplicitConvWorkspace ws;
   const int64_t element = int64_t(dtype_size(s.dtype));
   const int64_t bm = s.out_channels <= 32 ? 32 : s.out_channels <= 64 ? 64 : 128;
-  const int64_t tiles =
-      ((s.out_channels + bm - 1) / bm) * ((s.patch_size() + kWgradBN - 1) / kWgradBN);
+  const int64_t tiles = ((s.out_channels + bm - 1) / bm) *
+                        ((s.patch_size() + kWgradBN - 1) / kWgradBN);
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   // About four blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
   const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles;
@@ -495,15 +503,22 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
           forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
     });
     if (!dx) return;
-    const unsigned flip_blocks = unsigned(std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
+    const unsigned flip_blocks = unsigned(
+        std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
     layout::flip_kernel<S><<<flip_blocks, 256, 0, ctx.stream>>>(
         static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t), int(s.out_channels),
         int(s.in_channels), int(taps));
     // dx[n, c, h, w] = sum over (oc, r, s) of w[oc, c, r, s] dy[n, oc, h + PH - r, w + PW - s]:
     // with r' = KH-1-r a forward product over dy, padding KH-1-PH, the flipped kernel.
-    const Gather g{int(s.out_channels), int(s.out_height()), int(s.out_width()),
-                   int(s.kernel_h),     int(s.kernel_w),     int(s.kernel_h - 1 - s.pad_h),
-                   int(s.kernel_w - 1 - s.pad_w), int(s.height), int(s.width)};
+    const Gather g{int(s.out_channels),
+                   int(s.out_height()),
+                   int(s.out_width()),
+                   int(s.kernel_h),
+                   int(s.kernel_w),
+                   int(s.kernel_h - 1 - s.pad_h),
+                   int(s.kernel_w - 1 - s.pad_w),
+                   int(s.height),
+                   int(s.width)};
     gather<S>(ctx, workspace + ws.dy_t, workspace + ws.w_t, nullptr, dx, g, s.batch,
               s.in_channels);
   });

@@ -72,13 +72,13 @@ __global__ void flip_kernel(const S* __restrict__ w, S* __restrict__ w_t, int oc
 
 template <typename S>
 inline void transpose(const KernelContext& ctx, const void* src, void* dst, int64_t batches,
-               int64_t rows, int64_t cols) {
+                      int64_t rows, int64_t cols) {
   const int64_t bytes = rows * cols * int64_t(sizeof(S));
   if (rows % kVec<S> == 0 && bytes <= kSampleTransposeBytes && pack_aligned(src, 16) &&
       pack_aligned(dst, 16)) {
-    static const cudaError_t opted =
-        cudaFuncSetAttribute(transpose_sample_kernel<S>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSampleTransposeBytes);
+    static const cudaError_t opted = cudaFuncSetAttribute(
+        transpose_sample_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        kSampleTransposeBytes);
     (void)opted;  // a failure shows as the launch's error
     transpose_sample_kernel<S><<<unsigned(batches), kThreads, size_t(bytes), ctx.stream>>>(
         static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols));
