@@ -34,10 +34,9 @@ namespace wmma = nvcuda::wmma;
 using layout::transpose;
 
 constexpr int kThreads = 256;  // 8 warps
-constexpr int kBK = 32;        // K per pipeline step of the gather kernel: one tap's 32 channels
-// Positions per step of the weight-gradient kernel (64 was slower on an H200: 118 against 100 us
-// for the ResNet's 28x28 32->32 layer).
-constexpr int kWgradBK = 32;
+// K per pipeline step: one tap's 32 channels (gather kernel) or 32 positions (weight gradient;
+// 64 was slower on an H200: 118 against 100 us for the ResNet's 28x28 32->32 layer).
+constexpr int kBK = 32;
 constexpr int kWgradBN = 128;  // N per weight-gradient block
 // N per gather block: 256 when M fits 32 rows (each warp then has 2x2 fragments), else 128.
 template <int BM>
@@ -67,7 +66,7 @@ using Vec = Pack<S, kVec<S>>;
 // One 8-warp block's accumulators and its multiply over one step's tiles in shared memory.
 // A is [BM][kBK + pad] (row-major) or, kAColMajor, [kBK][BM + pad]; B is [kBK][kBN + pad]
 // (row-major) or, kBColMajor, [kBN][kBK + pad].
-template <typename S, int BM, int kBN, bool kAColMajor, bool kBColMajor, int kBK = 32>
+template <typename S, int BM, int kBN, bool kAColMajor, bool kBColMajor>
 struct BlockMma {
   using T = MmaTraits<S>;
   using E = typename T::Element;
@@ -264,15 +263,14 @@ __global__ void __launch_bounds__(kThreads)
                       float* __restrict__ partials, Gather g, int m_total, int positions_total,
                       int slice_positions) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  using Mma = BlockMma<S, BM, kBN, true, false, kWgradBK>;
-  constexpr int kStep = kWgradBK;
+  using Mma = BlockMma<S, BM, kBN, true, false>;
   using E = typename Mma::E;
   constexpr int V = kVec<S>;
-  constexpr int kBVecsPerRow = kBN / V, kBVecs = kStep * kBVecsPerRow / kThreads;
+  constexpr int kBVecsPerRow = kBN / V, kBVecs = kBK * kBVecsPerRow / kThreads;
   constexpr int kAVecsPerRow = BM / V;
-  constexpr int kAVecs = (kStep * kAVecsPerRow + kThreads - 1) / kThreads;
+  constexpr int kAVecs = (kBK * kAVecsPerRow + kThreads - 1) / kThreads;
   extern __shared__ __align__(128) char smem[];
-  int* table = reinterpret_cast<int*>(smem + Mma::kTileBytes);  // [2][3][kStep]
+  int* table = reinterpret_cast<int*>(smem + Mma::kTileBytes);  // [2][3][kBK]
   const int tid = threadIdx.x;
   const int m0 = blockIdx.y * BM, j0 = blockIdx.x * kBN;
   const int taps = g.kh * g.kw, n_total = taps * g.xc;
@@ -284,8 +282,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool j_ok = j < n_total;
   const int tap = j_ok ? j / g.xc : 0, r = tap / g.kw, s = tap - r * g.kw;
   const int b_shift = (r * g.xw + s) * g.xc + (j - tap * g.xc);
-  // Per step, a table of its kStep positions: base offset, first row, first column (threads
-  // < kStep).
+  // Per step, a table of its kBK positions: base offset, first row, first column (threads
+  // < kBK).
   auto decode = [&](int p0, int* t) {
     const int p = p0 + tid;
     const bool ok = p < p_end;
@@ -293,15 +291,15 @@ __global__ void __launch_bounds__(kThreads)
     const int oy = pos / g.yw, ox = pos - oy * g.yw;
     const int iy = ok ? oy - g.ph : kFarOutside, ix = ox - g.pw;
     t[tid] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
-    t[kStep + tid] = iy;
-    t[2 * kStep + tid] = ix;
+    t[kBK + tid] = iy;
+    t[2 * kBK + tid] = ix;
   };
   Vec<S> b_reg[kBVecs], a_reg[kAVecs];
   auto load = [&](int p0, const int* t) {
 #pragma unroll
     for (int i = 0; i < kBVecs; ++i) {
       const int row = tid / kBVecsPerRow + i * (kThreads / kBVecsPerRow);
-      const int iy = t[kStep + row] + r, ix = t[2 * kStep + row] + s;
+      const int iy = t[kBK + row] + r, ix = t[2 * kBK + row] + s;
       const bool ok = j_ok && unsigned(iy) < unsigned(g.xh) && unsigned(ix) < unsigned(g.xw);
       b_reg[i] = load_vec(x_t + t[row] + b_shift, ok);
     }
@@ -309,7 +307,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kAVecs; ++i) {
       const int v = tid + i * kThreads, p = p0 + v / kAVecsPerRow;
       const int m = m0 + (v % kAVecsPerRow) * V;
-      const bool ok = v < kStep * kAVecsPerRow && p < p_end && m < m_total;
+      const bool ok = v < kBK * kAVecsPerRow && p < p_end && m < m_total;
       a_reg[i] = load_vec(dy_t + int64_t(ok ? p : 0) * m_total + (ok ? m : 0), ok);
     }
   };
@@ -323,27 +321,27 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kAVecs; ++i) {
       const int v = tid + i * kThreads;
-      if (v < kStep * kAVecsPerRow)
+      if (v < kBK * kAVecsPerRow)
         store_vec<S>(a + (v / kAVecsPerRow) * Mma::kLda + (v % kAVecsPerRow) * V, a_reg[i]);
     }
   };
   Mma mma;
-  const int steps = p_begin < p_end ? (p_end - p_begin + kStep - 1) / kStep : 0;
+  const int steps = p_begin < p_end ? (p_end - p_begin + kBK - 1) / kBK : 0;
   if (steps > 0) {
-    if (tid < kStep) decode(p_begin, table);
+    if (tid < kBK) decode(p_begin, table);
     __syncthreads();
     load(p_begin, table);
     store(0);
-    if (tid < kStep && steps > 1) decode(p_begin + kStep, table + 3 * kStep);
+    if (tid < kBK && steps > 1) decode(p_begin + kBK, table + 3 * kBK);
     __syncthreads();
     for (int step = 0; step < steps; ++step) {
       const int stage = step & 1;
-      if (step + 1 < steps) load(p_begin + (step + 1) * kStep, table + (stage ^ 1) * 3 * kStep);
+      if (step + 1 < steps) load(p_begin + (step + 1) * kBK, table + (stage ^ 1) * 3 * kBK);
       mma.step(Mma::a_stage(smem, stage), Mma::b_stage(smem, stage));
       if (step + 1 < steps) store(stage ^ 1);
       // The table of step + 2 replaces step's, read by the loads of the previous iteration.
-      if (step + 2 < steps && tid < kStep)
-        decode(p_begin + (step + 2) * kStep, table + stage * 3 * kStep);
+      if (step + 2 < steps && tid < kBK)
+        decode(p_begin + (step + 2) * kBK, table + stage * 3 * kBK);
       __syncthreads();
     }
   }
@@ -446,7 +444,7 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   // About four blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
   const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles;
-  const int64_t most = std::max<int64_t>(1, positions / (8 * kWgradBK));
+  const int64_t most = std::max<int64_t>(1, positions / (8 * kBK));
   const int64_t memory = std::max<int64_t>(1, (int64_t(64) << 20) / (4 * s.weight_numel()));
   ws.splits = std::max<int64_t>(1, std::min({want, most, memory}));
   ws.x_t = 0;
@@ -482,7 +480,7 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
   const int64_t taps = s.kernel_h * s.kernel_w, ckk = s.patch_size();
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   const int64_t slice = (positions + ws.splits - 1) / ws.splits;
-  const int64_t slice_positions = (slice + kWgradBK - 1) / kWgradBK * kWgradBK;
+  const int64_t slice_positions = (slice + kBK - 1) / kBK * kBK;
   float* partials = reinterpret_cast<float*>(workspace + ws.partials);
   with_half_type(s.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -493,11 +491,11 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     with_block_rows(s.out_channels, [&](auto bm) {
       constexpr int BM = decltype(bm)::value;
       constexpr int BN = kWgradBN;
-      using Mma = BlockMma<S, BM, BN, true, false, kWgradBK>;
+      using Mma = BlockMma<S, BM, BN, true, false>;
       const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
                       unsigned(ws.splits));
       launch_with_smem<wgrad_conv_kernel<S, BM>>(
-          Mma::kTileBytes + 6 * kWgradBK * int(sizeof(int)), grid, ctx.stream,
+          Mma::kTileBytes + 6 * kBK * int(sizeof(int)), grid, ctx.stream,
           static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
           static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
           forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
