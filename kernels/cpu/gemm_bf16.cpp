@@ -56,6 +56,20 @@ using AmxTile = float[kAmxRows][kNR];
 void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_t lines,
                 int64_t K, int64_t line0, int width, int64_t pairs, uint32_t* dst) {
   const int valid = int(std::min<int64_t>(width, lines - line0));
+  if (k_stride == 1 && line_stride != 1) {  // each line's pairs are its 32-bit words: transpose
+    const int64_t whole = K / 2;
+    for (int i = 0; i < valid; ++i) {
+      const uint16_t* line = x + (line0 + i) * line_stride;
+      for (int64_t q = 0; q < whole; ++q) {
+        uint32_t word;
+        std::memcpy(&word, line + 2 * q, sizeof word);  // little-endian: low half first
+        dst[q * width + i] = word;
+      }
+      if (whole < pairs) dst[whole * width + i] = line[K - 1];
+    }
+    for (int64_t q = 0; q < pairs; ++q) std::fill(dst + q * width + valid, dst + (q + 1) * width, 0u);
+    return;
+  }
   for (int64_t q = 0; q < pairs; ++q) {
     const int64_t p0 = 2 * q, p1 = 2 * q + 1;
     uint32_t* out = dst + q * width;
