@@ -115,6 +115,8 @@ bool Device::supports(DType dtype) const {
 
 bool Device::do_native(OpFamily, DType) const { return false; }
 
+bool Device::do_native_mixed(OpFamily) const { return true; }
+
 void Device::do_convert(const Tensor& src, const Tensor&) {
   throw UsageError(info().id() + " (" + info().backend + " backend) does not support " +
                    dtype_name(src.dtype()) + " tensors: use float32 here");

@@ -97,6 +97,10 @@ class Device {
   bool supports(DType dtype) const;
   // Whether ops of `family` compute on dtype without staging it through float32 scratch.
   bool native(OpFamily family, DType dtype) const { return dtype == DType::f32 || do_native(family, dtype); }
+  // Whether the native kernels of `family` also take one call's operands in different float
+  // types (float32 beside a native 16-bit type, as unary_forward and scale allow). Where not,
+  // a call that mixes types has all its 16-bit operands staged.
+  bool native_mixed(OpFamily family) const { return do_native_mixed(family); }
   // dst = src converted to dst's dtype, elementwise, rounding to nearest even (float32, float16,
   // bfloat16, and uint8 to any float type); the same element count.
   void convert(const Tensor& src, const Tensor& dst);
@@ -312,6 +316,8 @@ class Device {
   // the families computed natively (the default: none; the front stages the rest).
   virtual void do_convert(const Tensor& src, const Tensor& dst);
   virtual bool do_native(OpFamily family, DType dtype) const;
+  // Default: true (each operand's type is the kernel's business).
+  virtual bool do_native_mixed(OpFamily family) const;
   // Default: a GEMM of x as a column [n, 1] by factor as [1, 1].
   virtual void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y);
   // A one-thread kernel in a backend that trains in float16 (the state stays on the device, so

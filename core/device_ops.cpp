@@ -1,6 +1,7 @@
 // The validating front of every Device op: arguments are checked here once, for every backend,
 // with messages that name the device, the op and the argument; then the backend's slot runs.
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "trident/core/device.h"
@@ -109,8 +110,12 @@ class OpCheck {
 // same memory staged twice (an op in place) gets one scratch copy.
 class Staging {
  public:
-  Staging(Device& device, OpFamily family)
-      : device_(device), family_(family), mark_(device.scratch_mark()) {}
+  // operands: the call's tensors, where the family lets their float types differ: if they do
+  // and the backend's native kernels want one type per call (native_mixed), every 16-bit
+  // operand is staged.
+  Staging(Device& device, OpFamily family, std::initializer_list<Tensor> operands = {})
+      : device_(device), family_(family), mark_(device.scratch_mark()),
+        stage_all_(!device.native_mixed(family) && mixes_types(operands)) {}
   ~Staging() { device_.release_scratch(mark_); }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
@@ -130,8 +135,18 @@ class Staging {
   };
   // Arguments are staged before the op runs, in any order (a call's arguments are evaluated in
   // an unspecified order): an output staged first and read later as an input is loaded then.
+  static bool mixes_types(std::initializer_list<Tensor> operands) {
+    const Tensor* first = nullptr;
+    for (const Tensor& t : operands) {
+      if (!t.defined()) continue;
+      if (first && t.dtype() != first->dtype()) return true;
+      if (!first) first = &t;
+    }
+    return false;
+  }
   Tensor stage(const Tensor& t, bool read, bool write) {
-    if (!t.defined() || !is_half(t.dtype()) || device_.native(family_, t.dtype())) return t;
+    if (!t.defined() || !is_half(t.dtype())) return t;
+    if (!stage_all_ && device_.native(family_, t.dtype())) return t;
     Pair* pair = nullptr;
     for (Pair& p : pairs_)
       if (p.original.memory().handle == t.memory().handle &&
@@ -151,6 +166,7 @@ class Staging {
   Device& device_;
   OpFamily family_;
   size_t mark_;
+  bool stage_all_;
   std::vector<Pair> pairs_;
 };
 
@@ -297,7 +313,7 @@ void Device::scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
   check.disjoint("y", y, "factor", factor);
   invalidate_claims(y);
   if (x.numel() == 0) return;
-  Staging stage(*this, OpFamily::elementwise);
+  Staging stage(*this, OpFamily::elementwise, {x, y});
   const Tensor xs = stage.in(x), ys = stage.out(y);
   do_scale(xs, factor, ys);
   stage.finish();
@@ -350,7 +366,7 @@ void Device::axpby(const Tensor& x, const Tensor& y, float a, float b) {
   check.disjoint("x", x, "y", y, true);
   invalidate_claims(y);
   if (y.numel() == 0) return;
-  Staging stage(*this, OpFamily::elementwise);
+  Staging stage(*this, OpFamily::elementwise, {x, y});
   const Tensor xs = stage.in(x), ys = stage.out(y, b != 0.0f);
   do_axpby(xs, ys, a, b);
   stage.finish();
@@ -365,7 +381,7 @@ void Device::unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float a
   check.disjoint("x", x, "y", y, true);
   invalidate_claims(y);
   if (x.numel() == 0) return;
-  Staging stage(*this, OpFamily::elementwise);
+  Staging stage(*this, OpFamily::elementwise, {x, y});
   const Tensor xs = stage.in(x), ys = stage.out(y);
   do_unary_forward(op, xs, ys, alpha);
   stage.finish();
@@ -388,7 +404,7 @@ void Device::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const 
   check.disjoint("dx", dx, "y", y);
   invalidate_claims(dx);
   if (n == 0) return;
-  Staging stage(*this, OpFamily::elementwise);
+  Staging stage(*this, OpFamily::elementwise, {x, y, dy, dx});
   const Tensor xs = stage.in(x), ys = stage.in(y), dys = stage.in(dy), dxs = stage.out(dx);
   do_unary_backward(op, xs, ys, dys, dxs, alpha);
   stage.finish();
@@ -406,7 +422,7 @@ void Device::dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t gr
   check.disjoint("x", x, "y", y, true);
   invalidate_claims(y);
   if (x.numel() == 0) return;
-  Staging stage(*this, OpFamily::elementwise);
+  Staging stage(*this, OpFamily::elementwise, {x, y});
   const Tensor xs = stage.in(x), ys = stage.out(y);
   do_dropout(xs, ys, group, group_offset, p, seed, stream, step_state);
   stage.finish();

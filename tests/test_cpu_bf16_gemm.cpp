@@ -148,12 +148,14 @@ TEST_CASE("cpu bf16 gemm: K = 0 gives beta * C plus the epilogue; empty M or N t
 }
 
 TEST_CASE(
-    "cpu bf16 gemm: the CPU device takes bfloat16 GEMMs natively exactly where the CPU "
-    "has AVX-512 BF16",
+    "cpu bf16 gemm: the CPU device takes bfloat16 GEMMs and convolutions natively exactly "
+    "where the CPU has AVX-512 BF16",
     "[cpu][gemm][half]") {
   trident::Device& cpu = trident::DeviceRegistry::global().device("cpu:0");
   CHECK(cpu.native(trident::OpFamily::gemm, trident::DType::bf16) ==
         trident::cpu::cpu_has_avx512_bf16());
   CHECK_FALSE(cpu.native(trident::OpFamily::gemm, trident::DType::f16));
-  CHECK_FALSE(cpu.native(trident::OpFamily::conv2d, trident::DType::bf16));
+  CHECK(cpu.native(trident::OpFamily::conv2d, trident::DType::bf16) ==
+        trident::cpu::cpu_has_avx512_bf16());
+  CHECK_FALSE(cpu.native(trident::OpFamily::conv2d, trident::DType::f16));
 }

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include <oneapi/tbb/version.h>
 
@@ -35,6 +36,14 @@ T* at(DeviceMemory m) {
 template <class T = float>
 T* at(const Tensor& t) {
   return at<T>(t.memory());
+}
+
+// Calls f with a null pointer of the storage type of dtype's float kernels: uint16_t for
+// bfloat16 bits, float otherwise (the front passes only types do_native accepts).
+template <class F>
+void with_storage(DType dtype, const F& f) {
+  if (dtype == DType::bf16) return f(static_cast<uint16_t*>(nullptr));
+  f(static_cast<float*>(nullptr));
 }
 
 uint64_t page_bytes(int which) {
@@ -107,9 +116,10 @@ void CpuDevice::do_fill(const Tensor& dst, float value) {
     if (value == 0.0f) return cpu::fill_zero_bytes(at<void>(dst), dst.bytes());
     switch (dst.dtype()) {
       case DType::f32: return cpu::fill(at(dst), dst.numel(), value);
+      case DType::bf16: return cpu::fill_bf16(at<uint16_t>(dst), dst.numel(), value);
       case DType::i32: return cpu::fill_i32(at<int32_t>(dst), dst.numel(), int32_t(value));
       default:
-        throw ShapeError(info_.id() + ": fill with a non-zero value supports F32 and I32, not " +
+        throw ShapeError(info_.id() + ": fill with a non-zero value supports F32, BF16 and I32, not " +
                          dtype_name(dst.dtype()));
     }
   });
@@ -183,25 +193,43 @@ void CpuDevice::do_gemm_fused(const GemmArgs& g) {
 }
 
 void CpuDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
-  run([&] { cpu::axpby(at(x), at(y), y.numel(), a, b); });
+  run([&] {
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::axpby(at<X>(x), at<X>(y), y.numel(), a, b);
+    });
+  });
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
 
 void CpuDevice::do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) {
-  run([&] { cpu::unary_forward(op, at(x), at(y), x.numel(), alpha); });
+  run([&] {
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::unary_forward(op, at<X>(x), at<X>(y), x.numel(), alpha);
+    });
+  });
 }
 
 void CpuDevice::do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                   const Tensor& dx, float alpha) {
-  run([&] { cpu::unary_backward(op, at(x), at(y), at(dy), at(dx), dy.numel(), alpha); });
+  run([&] {
+    with_storage(dy.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::unary_backward(op, at<X>(x), at<X>(y), at<X>(dy), at<X>(dx), dy.numel(), alpha);
+    });
+  });
 }
 
 void CpuDevice::do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
                            float p, uint64_t seed, uint32_t stream, const Tensor& step_state) {
   run([&] {
-    cpu::dropout(at(x), at(y), x.numel(), group, group_offset, p, seed, stream,
-                 at<uint32_t>(step_state)[1]);
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::dropout(at<X>(x), at<X>(y), x.numel(), group, group_offset, p, seed, stream,
+                   at<uint32_t>(step_state)[1]);
+    });
   });
 }
 
@@ -224,7 +252,12 @@ size_t CpuDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
 
 bool CpuDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                   const Tensor& b, const Tensor& y, const Tensor& workspace) {
-  run([&] { cpu::conv2d_forward(s, at(x), at(w), at(b), at(y), at<void>(workspace), threads_); });
+  run([&] {
+    if (s.dtype == DType::bf16)
+      return cpu::conv2d_forward(s, at<uint16_t>(x), at<uint16_t>(w), at(b), at<uint16_t>(y),
+                                 at<void>(workspace), threads_);
+    cpu::conv2d_forward(s, at(x), at(w), at(b), at(y), at<void>(workspace), threads_);
+  });
   return false;  // the convolution works through the batch in cache-sized chunks: nothing kept
 }
 
@@ -232,6 +265,10 @@ bool CpuDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const 
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                    const Tensor& db, const Tensor& workspace, bool) {
   run([&] {
+    if (s.dtype == DType::bf16)
+      return cpu::conv2d_backward(s, at<uint16_t>(x), at<uint16_t>(w), at<uint16_t>(dy),
+                                  at<uint16_t>(dx), at(dw), at(db), at<void>(workspace),
+                                  threads_);
     cpu::conv2d_backward(s, at(x), at(w), at(dy), at(dx), at(dw), at(db), at<void>(workspace),
                          threads_);
   });
@@ -239,11 +276,23 @@ bool CpuDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const 
 }
 
 void CpuDevice::do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) {
-  run([&] { cpu::im2col(s, at(x), at(col)); });
+  run([&] {
+    if (s.dtype == DType::bf16) return cpu::im2col(s, at<uint16_t>(x), at<uint16_t>(col));
+    cpu::im2col(s, at(x), at(col));
+  });
 }
 
+// bfloat16 (native with the convolutions): summed in float32 scratch, rounded once.
 void CpuDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) {
-  run([&] { cpu::col2im(s, at(col), at(dx)); });
+  if (s.dtype != DType::bf16) return run([&] { cpu::col2im(s, at(col), at(dx)); });
+  const size_t mark = scratch_mark();
+  const Tensor col32 = scratch(DType::f32, col.shape()), dx32 = scratch(DType::f32, dx.shape());
+  run([&] {
+    cpu::convert(at<void>(col), DType::bf16, at(col32), DType::f32, col.numel());
+    cpu::col2im(s, at(col32), at(dx32));
+    cpu::convert(at(dx32), DType::f32, at<void>(dx), DType::bf16, dx.numel());
+  });
+  release_scratch(mark);
 }
 
 void CpuDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
@@ -270,8 +319,11 @@ void CpuDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, con
                                      const Tensor& y, const Tensor& save_mean,
                                      const Tensor& save_invstd) {
   run([&] {
-    cpu::batchnorm_forward(s, training, at(x), at(gamma), at(beta), at(running_mean),
-                           at(running_var), at(y), at(save_mean), at(save_invstd));
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::batchnorm_forward(s, training, at<X>(x), at(gamma), at(beta), at(running_mean),
+                             at(running_var), at<X>(y), at(save_mean), at(save_invstd));
+    });
   });
 }
 
@@ -280,8 +332,11 @@ void CpuDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, 
                                       const Tensor& save_invstd, const Tensor& dx,
                                       const Tensor& dgamma, const Tensor& dbeta) {
   run([&] {
-    cpu::batchnorm_backward(s, at(x), at(dy), at(gamma), at(save_mean), at(save_invstd), at(dx),
-                            at(dgamma), at(dbeta));
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::batchnorm_backward(s, at<X>(x), at<X>(dy), at(gamma), at(save_mean),
+                              at(save_invstd), at<X>(dx), at(dgamma), at(dbeta));
+    });
   });
 }
 
@@ -415,11 +470,21 @@ void CpuDevice::do_update_loss_scale(const Tensor& state, const Tensor& grad_sum
   cpu::update_loss_scale(at(state), at(grad_sumsq)[0], params);
 }
 
-// ---- 16-bit floats: stored here, computed in float32 (bf16 GEMMs natively on AVX-512 BF16) ---------------------------------------------
+// ---- 16-bit floats: stored here, computed in float32 (bf16 GEMMs and convolutions natively on
+// AVX-512 BF16) ----------------------------------------------------------------------------------
 
 bool CpuDevice::do_native(OpFamily family, DType dtype) const {
-  if (family == OpFamily::gemm) return dtype == DType::bf16 && cpu::cpu_has_avx512_bf16();
+  if (family == OpFamily::gemm || family == OpFamily::conv2d)
+    return dtype == DType::bf16 && cpu::cpu_has_avx512_bf16();
+  // Float arithmetic on bfloat16 storage, everywhere (a shift widens, one rounding narrows).
+  if (family == OpFamily::elementwise || family == OpFamily::batchnorm)
+    return dtype == DType::bf16;
   return family == OpFamily::convert && is_half(dtype);
+}
+
+// The float kernels on bfloat16 storage take one type per call (a template per type).
+bool CpuDevice::do_native_mixed(OpFamily family) const {
+  return family != OpFamily::elementwise;
 }
 
 void CpuDevice::do_convert(const Tensor& src, const Tensor& dst) {
@@ -428,7 +493,12 @@ void CpuDevice::do_convert(const Tensor& src, const Tensor& dst) {
 
 void CpuDevice::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
   const float f = at(factor)[0];
-  run([&] { cpu::scale(at(x), f, at(y), x.numel()); });
+  run([&] {
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::scale(at<X>(x), f, at<X>(y), x.numel());
+    });
+  });
 }
 
 }  // namespace trident

@@ -31,6 +31,7 @@ class CpuDevice : public Device {
   void do_fill(const Tensor& dst, float value) override;
   void do_convert(const Tensor& src, const Tensor& dst) override;
   bool do_native(OpFamily family, DType dtype) const override;
+  bool do_native_mixed(OpFamily family) const override;
   void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) override;
   void do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
                             const LossScaleParams& params) override;

@@ -1,7 +1,8 @@
 // CPU batch normalisation: one task per channel (the statistics of a channel are a strided walk
 // over its outer * inner values). Sums run in 16 float lanes over blocks of 256 values, each
 // block added in double (parallel.h), and the variance and the gradient's products are taken
-// about the mean, so that no large sums cancel; the per-element maps are float.
+// about the mean, so that no large sums cancel; the per-element maps are float. x, y, dy and dx
+// are float32, or bfloat16 bits read into float and rounded once when stored (storage.h).
 #include "trident/kernels/cpu/batchnorm.h"
 
 #include <algorithm>
@@ -22,18 +23,17 @@ int64_t channel_grain(const BatchNormShape& s) {
   return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.outer * s.inner, 1));
 }
 
-}  // namespace
-
-void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, const float* gamma,
-                       const float* beta, float* running_mean, float* running_var, float* y,
-                       float* save_mean, float* save_invstd) {
+template <class X>
+void forward(const BatchNormShape& s, bool training, const X* x, const float* gamma,
+             const float* beta, float* running_mean, float* running_var, X* y, float* save_mean,
+             float* save_invstd) {
   const double n = double(s.outer * s.inner);
   parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double mean, invstd;
       if (training) {
         double sum = 0.0;
-        for_runs(s, c, [&](int64_t, int64_t at) { sum += sum_floats(x + at, s.inner); });
+        for_runs(s, c, [&](int64_t, int64_t at) { sum += sum_values(x + at, s.inner); });
         mean = sum / n;
         // About the float mean; its rounding r adds n r^2, subtracted again.
         const float mean_f = float(mean);
@@ -57,15 +57,17 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, c
       const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
       const float af = float(a), bf = float((beta ? double(beta[c]) : 0.0) - mean * a);
       for_runs(s, c, [&](int64_t, int64_t at) {
-        for (int64_t i = 0; i < s.inner; ++i) y[at + i] = x[at + i] * af + bf;
+        for (int64_t i = 0; i < s.inner; ++i)
+          store_value(y, at + i, load_value(x, at + i) * af + bf);
       });
     }
   });
 }
 
-void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
-                        const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta) {
+template <class X>
+void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gamma,
+              const float* save_mean, const float* save_invstd, X* dx, float* dgamma,
+              float* dbeta) {
   const double n = double(s.outer * s.inner);
   parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -87,10 +89,36 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
                   slope = float(k * invstd * mean_dy_xhat);
       for_runs(s, c, [&](int64_t, int64_t at) {
         for (int64_t i = 0; i < s.inner; ++i)
-          dx[at + i] = kf * dy[at + i] - (offset + (x[at + i] - mean_f) * slope);
+          store_value(dx, at + i,
+                      kf * load_value(dy, at + i) -
+                          (offset + (load_value(x, at + i) - mean_f) * slope));
       });
     }
   });
+}
+
+}  // namespace
+
+void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, const float* gamma,
+                       const float* beta, float* running_mean, float* running_var, float* y,
+                       float* save_mean, float* save_invstd) {
+  forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd);
+}
+void batchnorm_forward(const BatchNormShape& s, bool training, const uint16_t* x,
+                       const float* gamma, const float* beta, float* running_mean,
+                       float* running_var, uint16_t* y, float* save_mean, float* save_invstd) {
+  forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd);
+}
+
+void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
+                        const float* gamma, const float* save_mean, const float* save_invstd,
+                        float* dx, float* dgamma, float* dbeta) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+void batchnorm_backward(const BatchNormShape& s, const uint16_t* x, const uint16_t* dy,
+                        const float* gamma, const float* save_mean, const float* save_invstd,
+                        uint16_t* dx, float* dgamma, float* dbeta) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 }  // namespace trident::cpu

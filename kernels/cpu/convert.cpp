@@ -84,10 +84,4 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t
   });
 }
 
-void scale(const float* x, float factor, float* y, int64_t n) {
-  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = x[i] * factor;
-  });
-}
-
 }  // namespace trident::cpu

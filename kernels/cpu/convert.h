@@ -9,7 +9,5 @@ namespace trident::cpu {
 
 // dst[i] = src[i] in dst_type; src_type f32, f16, bf16 or u8; dst_type f32, f16 or bf16.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n);
-// y = x * factor (y may alias x).
-void scale(const float* x, float factor, float* y, int64_t n);
 
 }  // namespace trident::cpu

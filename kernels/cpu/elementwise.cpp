@@ -1,9 +1,11 @@
-// CPU elementwise ops: plain loops the compiler vectorises, split over the arena when large.
+// CPU elementwise ops: plain loops the compiler vectorises, split over the arena when large. The
+// float ops are templates over the storage type X (float, or bfloat16 bits: storage.h).
 #include "trident/kernels/cpu/elementwise.h"
 
 #include <cstring>
 
 #include "trident/core/philox.h"
+#include "trident/core/half.h"
 #include "trident/core/unary_math.h"
 #include "trident/kernels/cpu/parallel.h"
 
@@ -11,25 +13,26 @@ namespace trident::cpu {
 namespace {
 
 // One loop per op, the op a compile-time constant so that its formula inlines and vectorises.
-template <UnaryOp kOp>
-void forward_loop(const float* x, float* y, int64_t n, float alpha) {
-  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = unary_apply<float>(kOp, x[i], alpha);
-  });
-}
-
-template <UnaryOp kOp>
-void backward_loop(const float* x, const float* y, const float* dy, float* dx, int64_t n,
-                   float alpha) {
+template <UnaryOp kOp, class X>
+void forward_loop(const X* x, X* y, int64_t n, float alpha) {
   parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
-      dx[i] = unary_derivative<float>(kOp, x ? x[i] : 0.f, y ? y[i] : 0.f, dy[i], alpha);
+      store_value(y, i, unary_apply<float>(kOp, load_value(x, i), alpha));
   });
 }
 
-}  // namespace
+template <UnaryOp kOp, class X>
+void backward_loop(const X* x, const X* y, const X* dy, X* dx, int64_t n, float alpha) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      store_value(dx, i,
+                  unary_derivative<float>(kOp, x ? load_value(x, i) : 0.f,
+                                          y ? load_value(y, i) : 0.f, load_value(dy, i), alpha));
+  });
+}
 
-void unary_forward(UnaryOp op, const float* x, float* y, int64_t n, float alpha) {
+template <class X>
+void unary_forward_of(UnaryOp op, const X* x, X* y, int64_t n, float alpha) {
   switch (op) {
 #define TRIDENT_CPU_UNARY_FORWARD(name, module) \
   case UnaryOp::name: return forward_loop<UnaryOp::name>(x, y, n, alpha);
@@ -38,8 +41,9 @@ void unary_forward(UnaryOp op, const float* x, float* y, int64_t n, float alpha)
   }
 }
 
-void unary_backward(UnaryOp op, const float* x, const float* y, const float* dy, float* dx,
-                    int64_t n, float alpha) {
+template <class X>
+void unary_backward_of(UnaryOp op, const X* x, const X* y, const X* dy, X* dx, int64_t n,
+                       float alpha) {
   switch (op) {
 #define TRIDENT_CPU_UNARY_BACKWARD(name, module) \
   case UnaryOp::name: return backward_loop<UnaryOp::name>(x, y, dy, dx, n, alpha);
@@ -48,16 +52,53 @@ void unary_backward(UnaryOp op, const float* x, const float* y, const float* dy,
   }
 }
 
-void axpby(const float* x, float* y, int64_t n, float a, float b) {
+template <class X>
+void axpby_of(const X* x, X* y, int64_t n, float a, float b) {
   parallel_ranges(n, kElementwiseGrain, [=](int64_t lo, int64_t hi) {
     if (b == 0.f) {
-      for (int64_t i = lo; i < hi; ++i) y[i] = a * x[i];
+      for (int64_t i = lo; i < hi; ++i) store_value(y, i, a * load_value(x, i));
     } else if (b == 1.f) {
-      for (int64_t i = lo; i < hi; ++i) y[i] += a * x[i];
+      for (int64_t i = lo; i < hi; ++i) store_value(y, i, load_value(y, i) + a * load_value(x, i));
     } else {
-      for (int64_t i = lo; i < hi; ++i) y[i] = a * x[i] + b * y[i];
+      for (int64_t i = lo; i < hi; ++i)
+        store_value(y, i, a * load_value(x, i) + b * load_value(y, i));
     }
   });
+}
+
+template <class X>
+void scale_of(const X* x, float factor, X* y, int64_t n) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) store_value(y, i, load_value(x, i) * factor);
+  });
+}
+
+}  // namespace
+
+void unary_forward(UnaryOp op, const float* x, float* y, int64_t n, float alpha) {
+  unary_forward_of(op, x, y, n, alpha);
+}
+void unary_forward(UnaryOp op, const uint16_t* x, uint16_t* y, int64_t n, float alpha) {
+  unary_forward_of(op, x, y, n, alpha);
+}
+
+void unary_backward(UnaryOp op, const float* x, const float* y, const float* dy, float* dx,
+                    int64_t n, float alpha) {
+  unary_backward_of(op, x, y, dy, dx, n, alpha);
+}
+void unary_backward(UnaryOp op, const uint16_t* x, const uint16_t* y, const uint16_t* dy,
+                    uint16_t* dx, int64_t n, float alpha) {
+  unary_backward_of(op, x, y, dy, dx, n, alpha);
+}
+
+void axpby(const float* x, float* y, int64_t n, float a, float b) { axpby_of(x, y, n, a, b); }
+void axpby(const uint16_t* x, uint16_t* y, int64_t n, float a, float b) {
+  axpby_of(x, y, n, a, b);
+}
+
+void scale(const float* x, float factor, float* y, int64_t n) { scale_of(x, factor, y, n); }
+void scale(const uint16_t* x, float factor, uint16_t* y, int64_t n) {
+  scale_of(x, factor, y, n);
 }
 
 void fill(float* dst, int64_t n, float value) {
@@ -67,6 +108,13 @@ void fill(float* dst, int64_t n, float value) {
     } else {
       for (int64_t i = b; i < e; ++i) dst[i] = value;
     }
+  });
+}
+
+void fill_bf16(uint16_t* dst, int64_t n, float value) {
+  const uint16_t bits = float_to_bf16(value);
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = bits;
   });
 }
 
@@ -91,9 +139,11 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
   });
 }
 
-void dropout(const float* x, float* y, int64_t n, int64_t group, int64_t group_offset, float p,
-             uint64_t seed, uint32_t stream, uint32_t step) {
-  if (p <= 0.f) return copy_bytes(y, x, size_t(n) * sizeof(float));
+namespace {
+template <class X>
+void dropout_of(const X* x, X* y, int64_t n, int64_t group, int64_t group_offset, float p,
+                uint64_t seed, uint32_t stream, uint32_t step) {
+  if (p <= 0.f) return copy_bytes(y, x, size_t(n) * sizeof(X));
   const float scale = 1.0f / (1.0f - p);  // p == 1: never used, every draw is < 1
   parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
     // Philox yields four draws per counter block; keep the last block for the next group.
@@ -111,12 +161,22 @@ void dropout(const float* x, float* y, int64_t n, int64_t group, int64_t group_o
       // The same expression as philox_uniform, so the mask matches it bit for bit.
       const float u = static_cast<float>(words.v[g & 3] >> 8) * (1.0f / 16777216.0f);
       if (u >= p) {
-        for (; i < run_end; ++i) y[i] = x[i] * scale;
+        for (; i < run_end; ++i) store_value(y, i, load_value(x, i) * scale);
       } else {
-        for (; i < run_end; ++i) y[i] = 0.f;
+        for (; i < run_end; ++i) y[i] = X(0);  // +0 in both types
       }
     }
   });
+}
+}  // namespace
+
+void dropout(const float* x, float* y, int64_t n, int64_t group, int64_t group_offset, float p,
+             uint64_t seed, uint32_t stream, uint32_t step) {
+  dropout_of(x, y, n, group, group_offset, p, seed, stream, step);
+}
+void dropout(const uint16_t* x, uint16_t* y, int64_t n, int64_t group, int64_t group_offset,
+             float p, uint64_t seed, uint32_t stream, uint32_t step) {
+  dropout_of(x, y, n, group, group_offset, p, seed, stream, step);
 }
 
 }  // namespace trident::cpu

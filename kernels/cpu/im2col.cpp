@@ -29,43 +29,49 @@ std::vector<ValidRange> valid_ranges(int64_t kernel, int64_t stride, int64_t pad
   return r;
 }
 
-// Rows of a few dozen floats: an inline loop the compiler vectorises beats a memcpy call.
-inline void copy_floats(float* __restrict dst, const float* __restrict src, int64_t n) {
+// Rows of a few dozen elements: an inline loop the compiler vectorises beats a memcpy call.
+template <class T>
+inline void copy_elements(T* __restrict dst, const T* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
 }
 
-}  // namespace
-
-void im2col(const Conv2dShape& s, const float* x, float* col) {
+// T: float, or uint16_t for bfloat16 bit patterns (a copy moves bits; zero is 0 in both).
+template <class T>
+void im2col_of(const Conv2dShape& s, const T* x, T* col) {
   const int64_t H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;
   const int64_t SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
   const int64_t OH = s.out_height(), OW = s.out_width();
   const std::vector<ValidRange> row_ranges = valid_ranges(KH, SH, PH, H, OH);
   const std::vector<ValidRange> col_ranges = valid_ranges(KW, SW, PW, W, OW);
   for (int64_t c = 0; c < s.in_channels; ++c) {
-    const float* plane = x + c * H * W;
+    const T* plane = x + c * H * W;
     for (int64_t kh = 0; kh < KH; ++kh) {
       const ValidRange rows = row_ranges[size_t(kh)];
       for (int64_t kw = 0; kw < KW; ++kw) {
         const ValidRange cols = col_ranges[size_t(kw)];
-        float* out = col + ((c * KH + kh) * KW + kw) * OH * OW;
-        std::fill(out, out + rows.lo * OW, 0.f);
+        T* out = col + ((c * KH + kh) * KW + kw) * OH * OW;
+        std::fill(out, out + rows.lo * OW, T(0));
         for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
-          float* dst = out + oh * OW;
-          const float* src = plane + (oh * SH - PH + kh) * W + (kw - PW);
-          for (int64_t ow = 0; ow < cols.lo; ++ow) dst[ow] = 0.f;
+          T* dst = out + oh * OW;
+          const T* src = plane + (oh * SH - PH + kh) * W + (kw - PW);
+          for (int64_t ow = 0; ow < cols.lo; ++ow) dst[ow] = T(0);
           if (SW == 1) {
-            copy_floats(dst + cols.lo, src + cols.lo, cols.hi - cols.lo);
+            copy_elements(dst + cols.lo, src + cols.lo, cols.hi - cols.lo);
           } else {
             for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dst[ow] = src[ow * SW];
           }
-          for (int64_t ow = cols.hi; ow < OW; ++ow) dst[ow] = 0.f;
+          for (int64_t ow = cols.hi; ow < OW; ++ow) dst[ow] = T(0);
         }
-        std::fill(out + rows.hi * OW, out + OH * OW, 0.f);
+        std::fill(out + rows.hi * OW, out + OH * OW, T(0));
       }
     }
   }
 }
+
+}  // namespace
+
+void im2col(const Conv2dShape& s, const float* x, float* col) { im2col_of(s, x, col); }
+void im2col(const Conv2dShape& s, const uint16_t* x, uint16_t* col) { im2col_of(s, x, col); }
 
 void col2im(const Conv2dShape& s, const float* col, float* dx) {
   const int64_t H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;

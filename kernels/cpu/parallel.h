@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "trident/core/thread_annotations.h"
+#include "trident/kernels/cpu/storage.h"
 
 namespace trident::cpu {
 
@@ -71,32 +72,37 @@ void blocked_sums(int64_t n, const Term& term, double (&total)[N]) {
   }
 }
 
-// Sum of n floats.
-inline double sum_floats(const float* x, int64_t n) {
+// Sum of n values (float32, or bfloat16 bit patterns: storage.h).
+template <class X>
+double sum_values(const X* x, int64_t n) {
   double total[1] = {0.0};
-  blocked_sums(n, [x](int64_t i, auto& t) { t[0] = x[i]; }, total);
+  blocked_sums(n, [x](int64_t i, auto& t) { t[0] = load_value(x, i); }, total);
   return total[0];
 }
+inline double sum_floats(const float* x, int64_t n) { return sum_values(x, n); }
 
-// Sum of (x_i - shift)^2 over n floats.
-inline double sum_squares_about(const float* x, int64_t n, float shift) {
+// Sum of (x_i - shift)^2 over n values.
+template <class X>
+double sum_squares_about(const X* x, int64_t n, float shift) {
   double total[1] = {0.0};
   blocked_sums(n, [x, shift](int64_t i, auto& t) {
     using T = std::remove_reference_t<decltype(t[0])>;
-    const T d = T(x[i]) - T(shift);
+    const T d = T(load_value(x, i)) - T(shift);
     t[0] = d * d;
   }, total);
   return total[0];
 }
 
 // sum_g += sum g_i and sum_gx += sum g_i * (x_i - shift) over n.
-inline void sum_products_about(const float* g, const float* x, int64_t n, float shift,
-                               double& sum_g, double& sum_gx) {
+template <class X>
+void sum_products_about(const X* g, const X* x, int64_t n, float shift, double& sum_g,
+                        double& sum_gx) {
   double total[2] = {sum_g, sum_gx};
   blocked_sums(n, [g, x, shift](int64_t i, auto& t) {
     using T = std::remove_reference_t<decltype(t[0])>;
-    t[0] = g[i];
-    t[1] = T(g[i]) * (T(x[i]) - T(shift));
+    const float gi = load_value(g, i);
+    t[0] = gi;
+    t[1] = T(gi) * (T(load_value(x, i)) - T(shift));
   }, total);
   sum_g = total[0];
   sum_gx = total[1];
