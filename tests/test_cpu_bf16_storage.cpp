@@ -15,6 +15,7 @@
 #include "trident/core/registry.h"
 #include "trident/kernels/cpu/batchnorm.h"
 #include "trident/kernels/cpu/elementwise.h"
+#include "trident/kernels/cpu/pool2d.h"
 
 namespace {
 
@@ -172,11 +173,50 @@ TEST_CASE("cpu bf16 storage: batch norm forward (training, evaluation) and backw
   }
 }
 
-TEST_CASE("cpu bf16 storage: the CPU device computes elementwise and batch-norm ops on "
-          "bfloat16 storage (not float16) on every CPU",
+TEST_CASE("cpu bf16 storage: max and average pooling, forward and backward, equal widen, "
+          "float, round (overlapping windows: dx summed in float, rounded once)",
+          "[cpu][half][pool]") {
+  auto shape = [](int64_t k, int64_t stride, int64_t pad, int64_t h, int64_t w, bool relu) {
+    trident::Pool2dShape s;
+    s.batch = 3, s.channels = 5, s.height = h, s.width = w;
+    s.kernel_h = s.kernel_w = k, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad;
+    s.relu = relu;
+    return s;
+  };
+  // The 2x2 fast path (with and without the fused ReLU), overlapping padded windows, global.
+  for (const trident::Pool2dShape& s :
+       {shape(2, 2, 0, 12, 10, false), shape(2, 2, 0, 12, 10, true), shape(3, 2, 1, 11, 9, false),
+        shape(3, 1, 1, 7, 6, false), shape(7, 7, 0, 7, 7, false)}) {
+    INFO("kernel " << s.kernel_h << " stride " << s.stride_h << " pad " << s.pad_h << " relu "
+                   << s.relu);
+    const size_t in = size_t(s.input_numel()), out = size_t(s.output_numel());
+    const Bits x = random_bf16(in, 7), dy = random_bf16(out, 8);
+    Floats yf(out), dxf(in);
+    Bits y(out), dx(in);
+    std::vector<int32_t> arg_f(out), arg_b(out);
+    trident::cpu::maxpool2d_forward(s, widen(x).data(), yf.data(), arg_f.data());
+    trident::cpu::maxpool2d_forward(s, x.data(), y.data(), arg_b.data());
+    CHECK(same_bits(y, narrow(yf)));
+    CHECK(arg_b == arg_f);
+    trident::cpu::maxpool2d_backward(s, widen(dy).data(), arg_f.data(), dxf.data());
+    trident::cpu::maxpool2d_backward(s, dy.data(), arg_b.data(), dx.data());
+    CHECK(same_bits(dx, narrow(dxf)));
+    if (s.relu) continue;
+    trident::cpu::avgpool2d_forward(s, widen(x).data(), yf.data());
+    trident::cpu::avgpool2d_forward(s, x.data(), y.data());
+    CHECK(same_bits(y, narrow(yf)));
+    trident::cpu::avgpool2d_backward(s, widen(dy).data(), dxf.data());
+    trident::cpu::avgpool2d_backward(s, dy.data(), dx.data());
+    CHECK(same_bits(dx, narrow(dxf)));
+  }
+}
+
+TEST_CASE("cpu bf16 storage: the CPU device computes elementwise, batch-norm and pooling ops "
+          "on bfloat16 storage (not float16) on every CPU",
           "[cpu][half]") {
   trident::Device& cpu = trident::DeviceRegistry::global().device("cpu:0");
-  for (auto family : {trident::OpFamily::elementwise, trident::OpFamily::batchnorm}) {
+  for (auto family : {trident::OpFamily::elementwise, trident::OpFamily::batchnorm,
+                      trident::OpFamily::pool}) {
     CHECK(cpu.native(family, trident::DType::bf16));
     CHECK_FALSE(cpu.native(family, trident::DType::f16));
   }

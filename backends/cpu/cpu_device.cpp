@@ -297,20 +297,40 @@ void CpuDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor&
 
 void CpuDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                      const Tensor& argmax) {
-  run([&] { cpu::maxpool2d_forward(s, at(x), at(y), at<int32_t>(argmax)); });
+  run([&] {
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::maxpool2d_forward(s, at<X>(x), at<X>(y), at<int32_t>(argmax));
+    });
+  });
 }
 
 void CpuDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                       const Tensor& argmax, const Tensor& dx) {
-  run([&] { cpu::maxpool2d_backward(s, at(dy), at<int32_t>(argmax), at(dx)); });
+  run([&] {
+    with_storage(dy.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::maxpool2d_backward(s, at<X>(dy), at<int32_t>(argmax), at<X>(dx));
+    });
+  });
 }
 
 void CpuDevice::do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
-  run([&] { cpu::avgpool2d_forward(s, at(x), at(y)); });
+  run([&] {
+    with_storage(x.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::avgpool2d_forward(s, at<X>(x), at<X>(y));
+    });
+  });
 }
 
 void CpuDevice::do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
-  run([&] { cpu::avgpool2d_backward(s, at(dy), at(dx)); });
+  run([&] {
+    with_storage(dy.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::avgpool2d_backward(s, at<X>(dy), at<X>(dx));
+    });
+  });
 }
 
 void CpuDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
@@ -477,7 +497,8 @@ bool CpuDevice::do_native(OpFamily family, DType dtype) const {
   if (family == OpFamily::gemm || family == OpFamily::conv2d)
     return dtype == DType::bf16 && cpu::cpu_has_avx512_bf16();
   // Float arithmetic on bfloat16 storage, everywhere (a shift widens, one rounding narrows).
-  if (family == OpFamily::elementwise || family == OpFamily::batchnorm)
+  if (family == OpFamily::elementwise || family == OpFamily::batchnorm ||
+      family == OpFamily::pool)
     return dtype == DType::bf16;
   return family == OpFamily::convert && is_half(dtype);
 }

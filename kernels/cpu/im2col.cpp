@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace trident::cpu {
@@ -29,10 +30,24 @@ std::vector<ValidRange> valid_ranges(int64_t kernel, int64_t stride, int64_t pad
   return r;
 }
 
-// Rows of a few dozen elements: an inline loop the compiler vectorises beats a memcpy call.
+// Rows of a few dozen elements (7 to 28 here): fixed-size memcpy's that compile to vector moves,
+// the last one overlapping the one before. A plain loop is turned into a memmove call by the
+// compiler, which costs more than the copy at these lengths (perf: up to a quarter of a bf16
+// CNN step).
 template <class T>
 inline void copy_elements(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  const size_t bytes = size_t(n) * sizeof(T);
+  auto chunks = [&](auto size_tag) {
+    constexpr size_t kSize = decltype(size_tag)::value;
+    size_t i = 0;
+    for (; i + kSize < bytes; i += kSize)
+      std::memcpy(reinterpret_cast<char*>(dst) + i, reinterpret_cast<const char*>(src) + i, kSize);
+    std::memcpy(reinterpret_cast<char*>(dst) + bytes - kSize,
+                reinterpret_cast<const char*>(src) + bytes - kSize, kSize);
+  };
+  if (bytes >= 32) return chunks(std::integral_constant<size_t, 32>());
+  if (bytes >= 8) return chunks(std::integral_constant<size_t, 8>());
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];  // under 8 bytes: at most 3 elements
 }
 
 // T: float, or uint16_t for bfloat16 bit patterns (a copy moves bits; zero is 0 in both).

@@ -1,9 +1,12 @@
-// CPU pooling: one task per run of (sample, channel) planes.
+// CPU pooling: one task per run of (sample, channel) planes. x, y, dy and dx are float32, or
+// bfloat16 bits (storage.h) compared and summed in float; a backward sums each plane of dx in
+// float and rounds it once, as the staged float32 path does.
 #include "trident/kernels/cpu/pool2d.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "trident/core/error.h"
 #include "trident/kernels/cpu/parallel.h"
@@ -15,21 +18,50 @@ int64_t plane_grain(int64_t plane_elements) {
   return std::max<int64_t>(1, kElementwiseGrain / 2 / std::max<int64_t>(plane_elements, 1));
 }
 
+// A plane of dx to accumulate into, zeroed: dx itself for float32, else float scratch that
+// store() rounds into dx.
+template <class X>
+struct GradientPlane;
+template <>
+struct GradientPlane<float> {
+  explicit GradientPlane(int64_t n) : n(n) {}
+  float* zeroed(float* dxp) {
+    std::memset(dxp, 0, size_t(n) * sizeof(float));
+    return dxp;
+  }
+  void store(const float*, float*) {}
+  int64_t n;
+};
+template <>
+struct GradientPlane<uint16_t> {
+  explicit GradientPlane(int64_t n) : sums(size_t(n)) {}
+  float* zeroed(uint16_t*) {
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    return sums.data();
+  }
+  void store(const float* acc, uint16_t* dxp) {
+    for (size_t i = 0; i < sums.size(); ++i) store_value(dxp, int64_t(i), acc[i]);
+  }
+  std::vector<float> sums;
+};
+
 }  // namespace
 
 // The seed CNN's 2x2 window with stride 2, branch-free: the general loop's data-dependent
 // branches cost ~3 ns an element, most of the pooling time of a CNN step.
-static void maxpool_2x2_plane(const float* xp, int64_t W, int64_t OH, int64_t OW, float* yp,
+template <class X>
+static void maxpool_2x2_plane(const X* xp, int64_t W, int64_t OH, int64_t OW, X* yp,
                               int32_t* ap, bool relu) {
   for (int64_t oh = 0; oh < OH; ++oh) {
-    const float* r0 = xp + 2 * oh * W;
-    const float* r1 = r0 + W;
+    const X* r0 = xp + 2 * oh * W;
+    const X* r1 = r0 + W;
     const int32_t base = int32_t(2 * oh * W);
     for (int64_t ow = 0; ow < OW; ++ow) {
       // Candidates in row-major window order; a later one wins only if greater, or NaN.
-      float best = r0[2 * ow];
+      float best = load_value(r0, 2 * ow);
       int32_t at = base + int32_t(2 * ow);
-      const float b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+      const float b = load_value(r0, 2 * ow + 1), c = load_value(r1, 2 * ow),
+                  d = load_value(r1, 2 * ow + 1);
       const bool take_b = b > best || b != b;
       best = take_b ? b : best;
       at = take_b ? at + 1 : at;
@@ -40,7 +72,7 @@ static void maxpool_2x2_plane(const float* xp, int64_t W, int64_t OH, int64_t OW
       best = take_d ? d : best;
       at = take_d ? base + int32_t(W + 2 * ow + 1) : at;
       const bool zeroed = relu && !(best > 0.0f);  // the fused ReLU
-      yp[oh * OW + ow] = zeroed ? 0.0f : best;
+      store_value(yp, oh * OW + ow, zeroed ? 0.0f : best);  // exact: best is an input value
       ap[oh * OW + ow] = zeroed ? -1 : at;
     }
   }
@@ -55,14 +87,17 @@ inline Window window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
   return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, size)};
 }
 
-void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+namespace {
+
+template <class X>
+void maxpool_forward(const Pool2dShape& s, const X* x, X* y, int32_t* argmax) {
   const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
   const bool fast_2x2 = s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
                         s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0;
   parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
     for (int64_t plane = p0; plane < p1; ++plane) {
-      const float* xp = x + plane * H * W;
-      float* yp = y + plane * OH * OW;
+      const X* xp = x + plane * H * W;
+      X* yp = y + plane * OH * OW;
       int32_t* ap = argmax + plane * OH * OW;
       if (fast_2x2) {
         maxpool_2x2_plane(xp, W, OH, OW, yp, ap, s.relu);
@@ -73,15 +108,15 @@ void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* 
         for (int64_t ow = 0; ow < OW; ++ow) {
           const Window cols = window(ow, s.stride_w, s.pad_w, s.kernel_w, W);
           int64_t best = rows.lo * W + cols.lo;
-          float best_value = xp[best];
+          float best_value = load_value(xp, best);
           for (int64_t h = rows.lo; h < rows.hi; ++h)
             for (int64_t w = cols.lo; w < cols.hi; ++w) {
-              const float v = xp[h * W + w];
+              const float v = load_value(xp, h * W + w);
               if (v > best_value || std::isnan(v))
                 best_value = v, best = h * W + w;
             }
           const bool zeroed = s.relu && !(best_value > 0.0f);  // the fused ReLU
-          yp[oh * OW + ow] = zeroed ? 0.0f : best_value;
+          store_value(yp, oh * OW + ow, zeroed ? 0.0f : best_value);
           ap[oh * OW + ow] = zeroed ? -1 : int32_t(best);
         }
       }
@@ -89,14 +124,16 @@ void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* 
   });
 }
 
-void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
+template <class X>
+void maxpool_backward(const Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx) {
   const int64_t HW = s.height * s.width, OHW = s.out_height() * s.out_width();
   parallel_ranges(s.batch * s.channels, plane_grain(HW), [=](int64_t p0, int64_t p1) {
+    GradientPlane<X> gradient(HW);
     for (int64_t plane = p0; plane < p1; ++plane) {
-      float* dxp = dx + plane * HW;
-      const float* dyp = dy + plane * OHW;
+      X* dx_plane = dx + plane * HW;
+      float* dxp = gradient.zeroed(dx_plane);
+      const X* dyp = dy + plane * OHW;
       const int32_t* ap = argmax + plane * OHW;
-      std::memset(dxp, 0, size_t(HW) * sizeof(float));
       for (int64_t i = 0; i < OHW; ++i) {
         if (ap[i] == -1) continue;  // zeroed by a fused ReLU
         if (ap[i] < 0 || ap[i] >= HW)
@@ -104,22 +141,24 @@ void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* ar
                            " is outside the " + std::to_string(s.height) + "x" +
                            std::to_string(s.width) +
                            " plane; pass the argmax buffer maxpool2d_forward wrote for this shape");
-        dxp[ap[i]] += dyp[i];
+        dxp[ap[i]] += load_value(dyp, i);
       }
+      gradient.store(dxp, dx_plane);
     }
   });
 }
 
-void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) {
+template <class X>
+void avgpool_forward(const Pool2dShape& s, const X* x, X* y) {
   const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
   const double divisor = double(s.kernel_h * s.kernel_w);
   parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
     for (int64_t plane = p0; plane < p1; ++plane) {
-      const float* xp = x + plane * H * W;
-      float* yp = y + plane * OH * OW;
+      const X* xp = x + plane * H * W;
+      X* yp = y + plane * OH * OW;
       if (OH == 1 && OW == 1 && s.pad_h == 0 && s.pad_w == 0 && s.kernel_h == H &&
           s.kernel_w == W) {  // global average pooling
-        yp[0] = float(sum_floats(xp, H * W) / divisor);
+        store_value(yp, 0, float(sum_values(xp, H * W) / divisor));
         continue;
       }
       for (int64_t oh = 0; oh < OH; ++oh) {
@@ -128,33 +167,64 @@ void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) {
           const Window cols = window(ow, s.stride_w, s.pad_w, s.kernel_w, W);
           double sum = 0.0;
           for (int64_t h = rows.lo; h < rows.hi; ++h)
-            for (int64_t w = cols.lo; w < cols.hi; ++w) sum += xp[h * W + w];
-          yp[oh * OW + ow] = float(sum / divisor);
+            for (int64_t w = cols.lo; w < cols.hi; ++w) sum += load_value(xp, h * W + w);
+          store_value(yp, oh * OW + ow, float(sum / divisor));
         }
       }
     }
   });
 }
 
-void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+template <class X>
+void avgpool_backward(const Pool2dShape& s, const X* dy, X* dx) {
   const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
   const float inv = float(1.0 / double(s.kernel_h * s.kernel_w));
   parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
+    GradientPlane<X> gradient(H * W);
     for (int64_t plane = p0; plane < p1; ++plane) {
-      float* dxp = dx + plane * H * W;
-      const float* dyp = dy + plane * OH * OW;
-      std::memset(dxp, 0, size_t(H * W) * sizeof(float));
+      X* dx_plane = dx + plane * H * W;
+      float* dxp = gradient.zeroed(dx_plane);
+      const X* dyp = dy + plane * OH * OW;
       for (int64_t oh = 0; oh < OH; ++oh) {
         const Window rows = window(oh, s.stride_h, s.pad_h, s.kernel_h, H);
         for (int64_t ow = 0; ow < OW; ++ow) {
           const Window cols = window(ow, s.stride_w, s.pad_w, s.kernel_w, W);
-          const float g = dyp[oh * OW + ow] * inv;
+          const float g = load_value(dyp, oh * OW + ow) * inv;
           for (int64_t h = rows.lo; h < rows.hi; ++h)
             for (int64_t w = cols.lo; w < cols.hi; ++w) dxp[h * W + w] += g;
         }
       }
+      gradient.store(dxp, dx_plane);
     }
   });
+}
+
+}  // namespace
+
+void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+  maxpool_forward(s, x, y, argmax);
+}
+void maxpool2d_forward(const Pool2dShape& s, const uint16_t* x, uint16_t* y, int32_t* argmax) {
+  maxpool_forward(s, x, y, argmax);
+}
+void maxpool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
+  maxpool_backward(s, dy, argmax, dx);
+}
+void maxpool2d_backward(const Pool2dShape& s, const uint16_t* dy, const int32_t* argmax,
+                        uint16_t* dx) {
+  maxpool_backward(s, dy, argmax, dx);
+}
+void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) {
+  avgpool_forward(s, x, y);
+}
+void avgpool2d_forward(const Pool2dShape& s, const uint16_t* x, uint16_t* y) {
+  avgpool_forward(s, x, y);
+}
+void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+  avgpool_backward(s, dy, dx);
+}
+void avgpool2d_backward(const Pool2dShape& s, const uint16_t* dy, uint16_t* dx) {
+  avgpool_backward(s, dy, dx);
 }
 
 }  // namespace trident::cpu
