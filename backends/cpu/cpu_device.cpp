@@ -72,8 +72,8 @@ CpuDevice::CpuDevice(int index, int threads, const std::string& cpu_name)
   info_.driver = "oneTBB " + std::to_string(TBB_VERSION_MAJOR) + "." +
                  std::to_string(TBB_VERSION_MINOR);
   info_.detail = std::string("sgemm kernel ") + cpu::sgemm_kernel_name() +
-                 (cpu::cpu_has_amx_bf16()      ? "; bf16 GEMMs on AMX"
-                  : cpu::cpu_has_avx512_bf16() ? "; bf16 GEMMs on AVX-512 BF16"
+                 (cpu::cpu_has_amx_bf16()      ? "; bf16 GEMMs and convolutions on AMX"
+                  : cpu::cpu_has_avx512_bf16() ? "; bf16 GEMMs and convolutions on AVX-512 BF16"
                                                : "");
   info_.memory_bytes = page_bytes(_SC_PHYS_PAGES);
   info_.compute_units = threads;

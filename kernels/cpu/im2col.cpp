@@ -52,19 +52,20 @@ inline void copy_elements(T* __restrict dst, const T* __restrict src, int64_t n)
 
 // T: float, or uint16_t for bfloat16 bit patterns (a copy moves bits; zero is 0 in both).
 template <class T>
-void im2col_of(const Conv2dShape& s, const T* x, T* col) {
+void im2col_of(const Conv2dShape& s, const T* x, T* col, int64_t ld) {
   const int64_t H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;
   const int64_t SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
   const int64_t OH = s.out_height(), OW = s.out_width();
   const std::vector<ValidRange> row_ranges = valid_ranges(KH, SH, PH, H, OH);
   const std::vector<ValidRange> col_ranges = valid_ranges(KW, SW, PW, W, OW);
+  if (ld == 0) ld = OH * OW;
   for (int64_t c = 0; c < s.in_channels; ++c) {
     const T* plane = x + c * H * W;
     for (int64_t kh = 0; kh < KH; ++kh) {
       const ValidRange rows = row_ranges[size_t(kh)];
       for (int64_t kw = 0; kw < KW; ++kw) {
         const ValidRange cols = col_ranges[size_t(kw)];
-        T* out = col + ((c * KH + kh) * KW + kw) * OH * OW;
+        T* out = col + ((c * KH + kh) * KW + kw) * ld;
         std::fill(out, out + rows.lo * OW, T(0));
         for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
           T* dst = out + oh * OW;
@@ -85,15 +86,20 @@ void im2col_of(const Conv2dShape& s, const T* x, T* col) {
 
 }  // namespace
 
-void im2col(const Conv2dShape& s, const float* x, float* col) { im2col_of(s, x, col); }
-void im2col(const Conv2dShape& s, const uint16_t* x, uint16_t* col) { im2col_of(s, x, col); }
+void im2col(const Conv2dShape& s, const float* x, float* col, int64_t ld) {
+  im2col_of(s, x, col, ld);
+}
+void im2col(const Conv2dShape& s, const uint16_t* x, uint16_t* col, int64_t ld) {
+  im2col_of(s, x, col, ld);
+}
 
-void col2im(const Conv2dShape& s, const float* col, float* dx) {
+void col2im(const Conv2dShape& s, const float* col, float* dx, int64_t ld) {
   const int64_t H = s.height, W = s.width, KH = s.kernel_h, KW = s.kernel_w;
   const int64_t SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
   const int64_t OH = s.out_height(), OW = s.out_width();
   const std::vector<ValidRange> row_ranges = valid_ranges(KH, SH, PH, H, OH);
   const std::vector<ValidRange> col_ranges = valid_ranges(KW, SW, PW, W, OW);
+  if (ld == 0) ld = OH * OW;
   std::memset(dx, 0, size_t(s.in_channels * H * W) * sizeof(float));
   for (int64_t c = 0; c < s.in_channels; ++c) {
     float* plane = dx + c * H * W;
@@ -101,7 +107,7 @@ void col2im(const Conv2dShape& s, const float* col, float* dx) {
       const ValidRange rows = row_ranges[size_t(kh)];
       for (int64_t kw = 0; kw < KW; ++kw) {
         const ValidRange cols = col_ranges[size_t(kw)];
-        const float* in = col + ((c * KH + kh) * KW + kw) * OH * OW;
+        const float* in = col + ((c * KH + kh) * KW + kw) * ld;
         for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
           const float* src = in + oh * OW;
           float* dst = plane + (oh * SH - PH + kh) * W + (kw - PW);
