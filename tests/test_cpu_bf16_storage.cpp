@@ -15,6 +15,7 @@
 #include "trident/core/registry.h"
 #include "trident/kernels/cpu/batchnorm.h"
 #include "trident/kernels/cpu/elementwise.h"
+#include "trident/kernels/cpu/gather.h"
 #include "trident/kernels/cpu/pool2d.h"
 
 namespace {
@@ -211,12 +212,50 @@ TEST_CASE("cpu bf16 storage: max and average pooling, forward and backward, equa
   }
 }
 
-TEST_CASE("cpu bf16 storage: the CPU device computes elementwise, batch-norm and pooling ops "
-          "on bfloat16 storage (not float16) on every CPU",
+TEST_CASE("cpu bf16 storage: gather_samples into bfloat16 equals the float32 batch rounded, "
+          "with and without crop and flip, from u8 and float32 samples",
+          "[cpu][half][gather]") {
+  const int64_t count = 9, C = 2, H = 5, W = 7, sample = C * H * W, rows = 6;
+  std::vector<uint8_t> u8(size_t(count * sample));
+  for (size_t i = 0; i < u8.size(); ++i) u8[i] = uint8_t(i * 37 % 256);
+  const Floats f32 = widen(random_bf16(size_t(count * sample), 9));
+  const std::vector<int32_t> table = {3, 0, 8, 8, 5, 1, 2, 7, 4, 6, 0, 3};
+  const Floats mean = {0.25f, -0.5f}, inv_std = {3.0f, 0.7f};
+  for (const bool augment : {false, true})
+    for (const bool from_u8 : {true, false}) {
+      INFO("augment " << augment << " u8 " << from_u8);
+      trident::cpu::SampleTransformHost t;
+      t.scale = from_u8 ? 1.0f / 255.0f : 1.0f;
+      t.mean = mean.data(), t.inv_std = inv_std.data();
+      t.crop_padding = augment ? 2 : 0, t.horizontal_flip = augment;
+      t.seed = 11, t.stream = 2, t.sample_offset = 4;
+      const void* src = from_u8 ? static_cast<const void*>(u8.data()) : f32.data();
+      Floats want(size_t(rows * sample));
+      Bits got(want.size());
+      trident::cpu::gather_samples(src, from_u8, count, C, H, W, table.data(),
+                                   int64_t(table.size()), rows, 1, 3, t, want.data());
+      trident::cpu::gather_samples(src, from_u8, count, C, H, W, table.data(),
+                                   int64_t(table.size()), rows, 1, 3, t, got.data());
+      CHECK(same_bits(got, narrow(want)));
+      // Without augmentation the batch is the normalised samples themselves (position 1: table
+      // entries 6..11), which pins the fast path's map to the formula.
+      if (!augment && from_u8)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t k = 0; k < sample; ++k) {
+            const int64_t c = k / (H * W);
+            const float raw = float(u8[size_t(table[size_t(6 + i)] * sample + k)]);
+            CHECK(want[size_t(i * sample + k)] == (raw * t.scale - mean[size_t(c)]) *
+                                                      inv_std[size_t(c)]);
+          }
+    }
+}
+
+TEST_CASE("cpu bf16 storage: the CPU device computes elementwise, batch-norm, pooling and "
+          "gather ops on bfloat16 storage (not float16) on every CPU",
           "[cpu][half]") {
   trident::Device& cpu = trident::DeviceRegistry::global().device("cpu:0");
   for (auto family : {trident::OpFamily::elementwise, trident::OpFamily::batchnorm,
-                      trident::OpFamily::pool}) {
+                      trident::OpFamily::pool, trident::OpFamily::gather}) {
     CHECK(cpu.native(family, trident::DType::bf16));
     CHECK_FALSE(cpu.native(family, trident::DType::f16));
   }

@@ -436,9 +436,12 @@ void CpuDevice::do_gather_samples(const Tensor& src, const Tensor& table,
   host.sample_offset = t.sample_offset;
   const uint32_t* state = at<uint32_t>(step_state);
   run([&] {
-    cpu::gather_samples(at<void>(src), src.dtype() == DType::u8, src.dim(0), src.dim(1),
-                        src.dim(2), src.dim(3), at<int32_t>(table), table.numel(), dst.dim(0),
-                        state[0], state[1], host, at(dst));
+    with_storage(dst.dtype(), [&](auto* of) {
+      using X = std::remove_pointer_t<decltype(of)>;
+      cpu::gather_samples(at<void>(src), src.dtype() == DType::u8, src.dim(0), src.dim(1),
+                          src.dim(2), src.dim(3), at<int32_t>(table), table.numel(), dst.dim(0),
+                          state[0], state[1], host, at<X>(dst));
+    });
   });
 }
 
@@ -498,7 +501,7 @@ bool CpuDevice::do_native(OpFamily family, DType dtype) const {
     return dtype == DType::bf16 && cpu::cpu_has_avx512_bf16();
   // Float arithmetic on bfloat16 storage, everywhere (a shift widens, one rounding narrows).
   if (family == OpFamily::elementwise || family == OpFamily::batchnorm ||
-      family == OpFamily::pool)
+      family == OpFamily::pool || family == OpFamily::gather)
     return dtype == DType::bf16;
   return family == OpFamily::convert && is_half(dtype);
 }

@@ -32,9 +32,19 @@ size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 // micro-kernels' edges and the per-call packing of w dominate (a 7x7 plane is 49 columns).
 constexpr int64_t kMinGemmColumns = 256;
 
+// A 1x1 kernel with stride 1 and no padding: the patch matrix is the input itself.
+bool pointwise(const Conv2dShape& s) {
+  return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.pad_h == 0 && s.pad_w == 0;
+}
+
 // Samples per GEMM for this shape: enough planes for kMinGemmColumns (1 for 1x1 stride-1
 // convolutions, whose patch matrix is the input itself).
-int64_t group_size(const Conv2dShape& s);
+int64_t group_size(const Conv2dShape& s) {
+  if (pointwise(s)) return 1;
+  const int64_t p = std::max<int64_t>(1, s.out_height() * s.out_width());
+  return std::clamp<int64_t>((kMinGemmColumns + p - 1) / p, 1, std::max<int64_t>(s.batch, 1));
+}
 
 // One slot's slice of the workspace: [col | dcol | dw partial | db partial (double) | dx rows |
 // Y]. col (g samples, the element type) and dcol (float) are [CKK, g*P]; dx rows (float, one
@@ -83,18 +93,6 @@ struct SlotLayout {
                                 dx_bytes);
   }
 };
-
-// A 1x1 kernel with stride 1 and no padding: the patch matrix is the input itself.
-bool pointwise(const Conv2dShape& s) {
-  return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
-         s.pad_h == 0 && s.pad_w == 0;
-}
-
-int64_t group_size(const Conv2dShape& s) {
-  if (pointwise(s)) return 1;
-  const int64_t p = std::max<int64_t>(1, s.out_height() * s.out_width());
-  return std::clamp<int64_t>((kMinGemmColumns + p - 1) / p, 1, std::max<int64_t>(s.batch, 1));
-}
 
 // Copies the [rows, width] blocks of `count` samples (sample i at from + i * sample_stride)
 // between NCHW tensors and a [rows, count * width] matrix, in either direction.

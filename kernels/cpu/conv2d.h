@@ -1,5 +1,6 @@
-// CPU 2-D convolution (NCHW, any stride, zero padding) as im2col + GEMM per sample, samples
-// split over the arena in `slots` contiguous pieces, each with its own slice of the workspace.
+// CPU 2-D convolution (NCHW, any stride, zero padding) as im2col + GEMM, several samples per
+// GEMM where the planes are small; samples split over the arena in `slots` contiguous pieces,
+// each with its own slice of the workspace.
 // float32 on sgemm; bfloat16 (x, w, y, dy, dx as bit patterns; dw, db float32) on gemm_bf16,
 // only where cpu_has_avx512_bf16().
 #pragma once

@@ -1,4 +1,5 @@
 // CPU batch gathers: one memcpy (or one transformed copy) per row, rows split over the arena.
+// Samples are written as float32 or bfloat16 (rounded once, storage.h).
 #include "trident/kernels/cpu/gather.h"
 
 #include <cstring>
@@ -27,6 +28,18 @@ const int32_t* batch_indices(const char* op, const int32_t* table, int64_t table
   return indices;
 }
 
+// One channel plane of a sample without crop or flip: a straight, vectorisable map.
+template <class S, class X>
+void normalise_plane(const S* src, int64_t n, float scale, float mean, float inv_std, X* out) {
+  for (int64_t k = 0; k < n; ++k) store_value(out, k, (float(src[k]) * scale - mean) * inv_std);
+}
+
+template <class X>
+void gather_samples_as(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
+                       int64_t height, int64_t width, const int32_t* table, int64_t table_size,
+                       int64_t rows, uint32_t position, uint32_t step,
+                       const SampleTransformHost& t, X* dst);
+
 }  // namespace
 
 void gather_rows(const void* src, int64_t src_rows, size_t row_bytes, const int32_t* table,
@@ -44,6 +57,25 @@ void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t c
                     int64_t height, int64_t width, const int32_t* table, int64_t table_size,
                     int64_t rows, uint32_t position, uint32_t step,
                     const SampleTransformHost& t, float* dst) {
+  gather_samples_as(src, src_is_u8, src_rows, channels, height, width, table, table_size, rows,
+                    position, step, t, dst);
+}
+
+void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
+                    int64_t height, int64_t width, const int32_t* table, int64_t table_size,
+                    int64_t rows, uint32_t position, uint32_t step,
+                    const SampleTransformHost& t, uint16_t* dst) {
+  gather_samples_as(src, src_is_u8, src_rows, channels, height, width, table, table_size, rows,
+                    position, step, t, dst);
+}
+
+namespace {
+
+template <class X>
+void gather_samples_as(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
+                       int64_t height, int64_t width, const int32_t* table, int64_t table_size,
+                       int64_t rows, uint32_t position, uint32_t step,
+                       const SampleTransformHost& t, X* dst) {
   const int32_t* indices =
       batch_indices("gather_samples", table, table_size, rows, position, src_rows);
   const int64_t plane = height * width, sample = channels * plane;
@@ -63,10 +95,19 @@ void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t c
         flip = t.horizontal_flip && (r.v[2] >> 31) != 0;
       }
       const int64_t index = indices[i];
-      float* out = dst + i * sample;
+      X* out = dst + i * sample;
       for (int64_t c = 0; c < channels; ++c) {
         const float mean = t.mean ? t.mean[c] : 0.0f, inv_std = t.inv_std ? t.inv_std[c] : 1.0f;
         const int64_t base = index * sample + c * plane;
+        if (shift_h == 0 && shift_w == 0 && !flip) {  // the same map as below, without bounds
+          if (src_is_u8)
+            normalise_plane(static_cast<const uint8_t*>(src) + base, plane, t.scale, mean,
+                            inv_std, out + c * plane);
+          else
+            normalise_plane(static_cast<const float*>(src) + base, plane, t.scale, mean,
+                            inv_std, out + c * plane);
+          continue;
+        }
         for (int64_t h = 0; h < height; ++h) {
           const int64_t sh = h + shift_h;
           for (int64_t w = 0; w < width; ++w) {
@@ -77,13 +118,15 @@ void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t c
               raw = src_is_u8 ? float(static_cast<const uint8_t*>(src)[at])
                               : static_cast<const float*>(src)[at];
             }
-            out[c * plane + h * width + w] = (raw * t.scale - mean) * inv_std;
+            store_value(out, c * plane + h * width + w, (raw * t.scale - mean) * inv_std);
           }
         }
       }
     }
   });
 }
+
+}  // namespace
 
 void advance_step(uint32_t* step_state) {
   step_state[0] += 1;

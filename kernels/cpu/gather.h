@@ -31,6 +31,11 @@ void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t c
                     int64_t height, int64_t width, const int32_t* table, int64_t table_size,
                     int64_t rows, uint32_t position, uint32_t step,
                     const SampleTransformHost& t, float* dst);
+// The same into bfloat16 bits (the float value rounded once).
+void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
+                    int64_t height, int64_t width, const int32_t* table, int64_t table_size,
+                    int64_t rows, uint32_t position, uint32_t step,
+                    const SampleTransformHost& t, uint16_t* dst);
 // step_state[0] += 1, step_state[1] += 1.
 void advance_step(uint32_t* step_state);
 
