@@ -132,7 +132,7 @@ class SeedCNN(nn.Module):
     def forward(self, x):
         x = F.relu(F.max_pool2d(self.conv1(x.view(-1, 1, 28, 28)), 2))
         x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
-        x = F.relu(self.fc1(x.view(-1, 320)))
+        x = F.relu(self.fc1(x.reshape(-1, 320)))
         x = F.dropout(x, training=self.training)
         return F.log_softmax(self.fc2(x), dim=1)
 
