@@ -133,8 +133,6 @@ class Staging {
     Tensor original, staged;
     bool loaded = false, written = false;
   };
-  // Arguments are staged before the op runs, in any order (a call's arguments are evaluated in
-  // an unspecified order): an output staged first and read later as an input is loaded then.
   static bool mixes_types(std::initializer_list<Tensor> operands) {
     const Tensor* first = nullptr;
     for (const Tensor& t : operands) {
@@ -144,6 +142,8 @@ class Staging {
     }
     return false;
   }
+  // Arguments are staged before the op runs, in any order (a call's arguments are evaluated in
+  // an unspecified order): an output staged first and read later as an input is loaded then.
   Tensor stage(const Tensor& t, bool read, bool write) {
     if (!t.defined() || !is_half(t.dtype())) return t;
     if (!stage_all_ && device_.native(family_, t.dtype())) return t;
