@@ -31,7 +31,11 @@ Bits random_bf16(size_t n, uint32_t seed, float spread = 4.f) {
   for (auto& v : out) v = trident::float_to_bf16(dist(rng));
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                             std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), -0.f, 0.f, 3.3e38f, -3.3e38f};
+                            -std::numeric_limits<float>::infinity(),
+                            -0.f,
+                            0.f,
+                            3.3e38f,
+                            -3.3e38f};
   for (size_t i = 0; i < std::size(specials) && i < n; ++i)
     out[n - 1 - i] = trident::float_to_bf16(specials[i]);
   return out;
@@ -97,9 +101,10 @@ TEST_CASE("cpu bf16 storage: every unary op forward and backward equals widen, f
   }
 }
 
-TEST_CASE("cpu bf16 storage: axpby (b = 0, 1, other), scale, fill and dropout equal widen, "
-          "float, round",
-          "[cpu][half][elementwise]") {
+TEST_CASE(
+    "cpu bf16 storage: axpby (b = 0, 1, other), scale, fill and dropout equal widen, "
+    "float, round",
+    "[cpu][half][elementwise]") {
   const size_t n = 40000;
   const Bits x = random_bf16(n, 3), y0 = random_bf16(n, 4);
   for (float b : {0.f, 1.f, -0.75f}) {
@@ -130,9 +135,10 @@ TEST_CASE("cpu bf16 storage: axpby (b = 0, 1, other), scale, fill and dropout eq
   CHECK(zeros > int64_t(n) / 4);  // the mask dropped something (p = 0.4), the same as float's
 }
 
-TEST_CASE("cpu bf16 storage: batch norm forward (training, evaluation) and backward equal "
-          "widen, float, round",
-          "[cpu][half][batchnorm]") {
+TEST_CASE(
+    "cpu bf16 storage: batch norm forward (training, evaluation) and backward equal "
+    "widen, float, round",
+    "[cpu][half][batchnorm]") {
   // Channels with shifted means, so that the variance is taken about a mean far from zero.
   trident::BatchNormShape s;
   s.outer = 5, s.channels = 7, s.inner = 333;
@@ -152,9 +158,8 @@ TEST_CASE("cpu bf16 storage: batch norm forward (training, evaluation) and backw
     trident::cpu::batchnorm_forward(s, training, widen(x).data(), gamma.data(), beta.data(),
                                     rm_f.data(), rv_f.data(), yf.data(), mean_f.data(),
                                     invstd_f.data());
-    trident::cpu::batchnorm_forward(s, training, x.data(), gamma.data(), beta.data(),
-                                    rm_b.data(), rv_b.data(), y.data(), mean_b.data(),
-                                    invstd_b.data());
+    trident::cpu::batchnorm_forward(s, training, x.data(), gamma.data(), beta.data(), rm_b.data(),
+                                    rv_b.data(), y.data(), mean_b.data(), invstd_b.data());
     CHECK(same_bits(y, narrow(yf)));
     CHECK(rm_b == rm_f);
     CHECK(rv_b == rv_f);
@@ -164,8 +169,8 @@ TEST_CASE("cpu bf16 storage: batch norm forward (training, evaluation) and backw
     Floats dxf(n), dgamma_f(7), dbeta_f(7), dgamma_b(7), dbeta_b(7);
     Bits dx(n);
     trident::cpu::batchnorm_backward(s, widen(x).data(), widen(dy).data(), gamma.data(),
-                                     mean_f.data(), invstd_f.data(), dxf.data(),
-                                     dgamma_f.data(), dbeta_f.data());
+                                     mean_f.data(), invstd_f.data(), dxf.data(), dgamma_f.data(),
+                                     dbeta_f.data());
     trident::cpu::batchnorm_backward(s, x.data(), dy.data(), gamma.data(), mean_b.data(),
                                      invstd_b.data(), dx.data(), dgamma_b.data(), dbeta_b.data());
     CHECK(same_bits(dx, narrow(dxf)));
@@ -174,9 +179,10 @@ TEST_CASE("cpu bf16 storage: batch norm forward (training, evaluation) and backw
   }
 }
 
-TEST_CASE("cpu bf16 storage: max and average pooling, forward and backward, equal widen, "
-          "float, round (overlapping windows: dx summed in float, rounded once)",
-          "[cpu][half][pool]") {
+TEST_CASE(
+    "cpu bf16 storage: max and average pooling, forward and backward, equal widen, "
+    "float, round (overlapping windows: dx summed in float, rounded once)",
+    "[cpu][half][pool]") {
   auto shape = [](int64_t k, int64_t stride, int64_t pad, int64_t h, int64_t w, bool relu) {
     trident::Pool2dShape s;
     s.batch = 3, s.channels = 5, s.height = h, s.width = w;
@@ -212,9 +218,10 @@ TEST_CASE("cpu bf16 storage: max and average pooling, forward and backward, equa
   }
 }
 
-TEST_CASE("cpu bf16 storage: gather_samples into bfloat16 equals the float32 batch rounded, "
-          "with and without crop and flip, from u8 and float32 samples",
-          "[cpu][half][gather]") {
+TEST_CASE(
+    "cpu bf16 storage: gather_samples into bfloat16 equals the float32 batch rounded, "
+    "with and without crop and flip, from u8 and float32 samples",
+    "[cpu][half][gather]") {
   const int64_t count = 9, C = 2, H = 5, W = 7, sample = C * H * W, rows = 6;
   std::vector<uint8_t> u8(size_t(count * sample));
   for (size_t i = 0; i < u8.size(); ++i) u8[i] = uint8_t(i * 37 % 256);
@@ -244,15 +251,16 @@ TEST_CASE("cpu bf16 storage: gather_samples into bfloat16 equals the float32 bat
           for (int64_t k = 0; k < sample; ++k) {
             const int64_t c = k / (H * W);
             const float raw = float(u8[size_t(table[size_t(6 + i)] * sample + k)]);
-            CHECK(want[size_t(i * sample + k)] == (raw * t.scale - mean[size_t(c)]) *
-                                                      inv_std[size_t(c)]);
+            CHECK(want[size_t(i * sample + k)] ==
+                  (raw * t.scale - mean[size_t(c)]) * inv_std[size_t(c)]);
           }
     }
 }
 
-TEST_CASE("cpu bf16 storage: the CPU device computes elementwise, batch-norm, pooling and "
-          "gather ops on bfloat16 storage (not float16) on every CPU",
-          "[cpu][half]") {
+TEST_CASE(
+    "cpu bf16 storage: the CPU device computes elementwise, batch-norm, pooling and "
+    "gather ops on bfloat16 storage (not float16) on every CPU",
+    "[cpu][half]") {
   trident::Device& cpu = trident::DeviceRegistry::global().device("cpu:0");
   for (auto family : {trident::OpFamily::elementwise, trident::OpFamily::batchnorm,
                       trident::OpFamily::pool, trident::OpFamily::gather}) {
