@@ -5,7 +5,11 @@
 // bfloat16 GEMMs natively. Where the CPU lacks AVX-512 BF16 the cases say so and check that
 // the device stages bfloat16 GEMMs instead.
 #include <catch2/catch.hpp>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <string>
@@ -145,6 +149,42 @@ TEST_CASE("cpu bf16 gemm: K = 0 gives beta * C plus the epilogue; empty M or N t
   trident::cpu::gemm_bf16(false, false, 0, 2, 3, 1.f, nullptr, 3, nullptr, 2, 0.f, C.data(),
                           false, 2);
   CHECK(C == std::vector<float>(4, 3.f));
+}
+
+TEST_CASE("cpu bf16 gemm: GEMMs one after another and started inside a parallel loop (a "
+          "convolution's pieces) keep their own packed operands",
+          "[cpu][gemm][half]") {
+  // A thread waiting for its GEMM's tasks may run another iteration of the outer loop, which
+  // starts a GEMM on the same thread: the first one's packed operands must survive it.
+  if (!trident::cpu::cpu_has_avx512_bf16()) {
+    WARN("this CPU has no AVX-512 BF16 (or TRIDENT_CPU_BF16_DOT=0): the kernel is not run");
+    return;
+  }
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::avx512};
+  if (trident::cpu::cpu_has_amx_bf16()) kernels.push_back(Bf16Kernel::amx);
+  // Sixteen threads even on a 2-core machine: the more threads, the more such hand-overs.
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 16);
+  tbb::task_arena arena(16);
+  for (Bf16Kernel kernel : kernels) {
+    // First one after another on this thread: each call packs into the buffer the one before
+    // left (AMX pads K to 16-pair steps: the padding must be written as zeros each time).
+    int64_t bad_in_turn = 0;
+    for (int i = 63; i >= 0; --i) {
+      Case c;
+      c.M = 20 + i % 7, c.N = 70 + 3 * i, c.K = 33 + i, c.tb = i % 2 == 1, c.kernel = kernel;
+      bad_in_turn += mismatches(c, uint32_t(100 + i));
+    }
+    CHECK(bad_in_turn == 0);
+    std::atomic<int64_t> bad{0};
+    arena.execute([&] {
+      tbb::parallel_for(0, 64, [&](int i) {
+        Case c;
+        c.M = 20 + i % 7, c.N = 70 + 3 * i, c.K = 33 + i, c.tb = i % 2 == 1, c.kernel = kernel;
+        bad += mismatches(c, uint32_t(100 + i));
+      });
+    });
+    CHECK(bad.load() == 0);
+  }
 }
 
 TEST_CASE(

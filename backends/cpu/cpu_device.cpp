@@ -119,7 +119,8 @@ void CpuDevice::do_fill(const Tensor& dst, float value) {
       case DType::bf16: return cpu::fill_bf16(at<uint16_t>(dst), dst.numel(), value);
       case DType::i32: return cpu::fill_i32(at<int32_t>(dst), dst.numel(), int32_t(value));
       default:
-        throw ShapeError(info_.id() + ": fill with a non-zero value supports F32, BF16 and I32, not " +
+        throw ShapeError(info_.id() +
+                         ": fill with a non-zero value supports F32, BF16 and I32, not " +
                          dtype_name(dst.dtype()));
     }
   });

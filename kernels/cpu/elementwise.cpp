@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "trident/core/philox.h"
 #include "trident/core/half.h"
+#include "trident/core/philox.h"
 #include "trident/core/unary_math.h"
 #include "trident/kernels/cpu/parallel.h"
 

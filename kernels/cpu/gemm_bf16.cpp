@@ -52,12 +52,12 @@ using AmxTile = float[kAmxRows][kNR];
 
 // Packs `width` lines of an operand from line0 on (rows of op(A), or columns of op(B)) into
 // words [pairs][width]: element (line, p) is x[line * line_stride + p * k_stride]; lines past
-// `lines` and an odd K's last high half are zero.
+// `lines`, an odd K's last high half and pairs past K (AMX pads K to 16-pair steps) are zero.
 void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_t lines,
                 int64_t K, int64_t line0, int width, int64_t pairs, uint32_t* dst) {
   const int valid = int(std::min<int64_t>(width, lines - line0));
   if (k_stride == 1 && line_stride != 1) {  // each line's pairs are its 32-bit words: transpose
-    const int64_t whole = K / 2;
+    const int64_t whole = K / 2, filled = (K + 1) / 2;  // pairs past `filled`: AMX's K padding
     for (int i = 0; i < valid; ++i) {
       const uint16_t* line = x + (line0 + i) * line_stride;
       for (int64_t q = 0; q < whole; ++q) {
@@ -65,9 +65,11 @@ void pack_pairs(const uint16_t* x, int64_t line_stride, int64_t k_stride, int64_
         std::memcpy(&word, line + 2 * q, sizeof word);  // little-endian: low half first
         dst[q * width + i] = word;
       }
-      if (whole < pairs) dst[whole * width + i] = line[K - 1];
+      if (whole < filled) dst[whole * width + i] = line[K - 1];  // an odd K: high half 0
+      for (int64_t q = filled; q < pairs; ++q) dst[q * width + i] = 0u;
     }
-    for (int64_t q = 0; q < pairs; ++q) std::fill(dst + q * width + valid, dst + (q + 1) * width, 0u);
+    for (int64_t q = 0; q < pairs; ++q)
+      std::fill(dst + q * width + valid, dst + (q + 1) * width, 0u);
     return;
   }
   for (int64_t q = 0; q < pairs; ++q) {
@@ -304,28 +306,50 @@ void Store::operator()(const float (*tile)[kNR], int rows, int cols, int64_t row
 }
 #endif
 
-// The packed operands of one call, kept per thread between calls (no page faults per GEMM).
-std::vector<uint32_t>& packing_buffer(size_t words) {
-  thread_local std::vector<uint32_t> buffer;
-  if (buffer.size() < words) buffer.resize(words);
-  return buffer;
-}
+// The packed operands of one call, in a buffer kept per thread between calls (no page faults
+// per GEMM). A thread may start another GEMM while one of its own still runs: waiting for its
+// GEMM's tasks, oneTBB lets it take other work, such as the next piece of a convolution that
+// calls gemm_bf16 from its own parallel loop. That call gets a buffer of its own, so that the
+// running GEMM's operands stay intact.
+class PackingLease {
+ public:
+  PackingLease() = default;
+  PackingLease(const PackingLease&) = delete;
+  PackingLease& operator=(const PackingLease&) = delete;
+  ~PackingLease() {
+    if (slot_) slot_->busy = false;
+  }
+  uint32_t* acquire(size_t words) {
+    static thread_local Slot thread_slot;
+    slot_ = thread_slot.busy ? &own_ : &thread_slot;
+    slot_->busy = true;
+    if (slot_->words.size() < words) slot_->words.resize(words);
+    return slot_->words.data();
+  }
+
+ private:
+  struct Slot {
+    std::vector<uint32_t> words;
+    bool busy = false;
+  };
+  Slot* slot_ = nullptr;
+  Slot own_;
+};
 
 struct Packed {
   const uint32_t* a;  // blocks of a_words: rows of op(A), as the micro-kernel takes them
   const uint32_t* b;  // panels of kNR columns of op(B), words [pairs][kNR] each
 };
 
-// Both micro-kernels' operands, packed in parallel into the calling thread's buffer:
-// pack_a(block, dst) packs block `block` of op(A); the panels of op(B) are pack_pairs'. With
-// pairs = 0 (K = 0) nothing is packed: A and B may be null.
+// Both micro-kernels' operands, packed in parallel into the lease's buffer (valid while the
+// lease lives): pack_a(block, dst) packs block `block` of op(A); the panels of op(B) are
+// pack_pairs'. With pairs = 0 (K = 0) nothing is packed: A and B may be null.
 template <class PackA>
 Packed pack_operands(int64_t blocks, int64_t a_words, const PackA& pack_a, bool trans_b,
                      int64_t N, int64_t K, const uint16_t* B, int64_t ldb, int64_t pairs,
-                     TsanForkJoin& edges) {
+                     TsanForkJoin& edges, PackingLease& lease) {
   const int64_t panels = (N + kNR - 1) / kNR, panel_words = pairs * kNR;
-  std::vector<uint32_t>& buffer = packing_buffer(size_t(blocks * a_words + panels * panel_words));
-  uint32_t* const packed_a = buffer.data();
+  uint32_t* const packed_a = lease.acquire(size_t(blocks * a_words + panels * panel_words));
   uint32_t* const packed_b = packed_a + blocks * a_words;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, pairs > 0 ? blocks + panels : 0),
                     edges.around([&](const tbb::blocked_range<int64_t>& r) {
@@ -372,13 +396,14 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   const int64_t blocks = (M + kAmxRows - 1) / kAmxRows, panels = (N + kNR - 1) / kNR;
   const int64_t block_words = pairs * kAmxRows, panel_words = pairs * kNR;
   TsanForkJoin edges;  // (both loops)
+  PackingLease lease;
   const Packed packed = pack_operands(
       blocks, block_words,
       [&](int64_t t, uint32_t* dst) {  // rows of op(A), each a run of pairs
         pack_pair_rows(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kAmxRows, kAmxRows,
                        pairs, dst);
       },
-      trans_b, N, K, B, ldb, pairs, edges);
+      trans_b, N, K, B, ldb, pairs, edges, lease);
   tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, blocks, 2, 0, panels, 4),
                     edges.around([&](const tbb::blocked_range2d<int64_t>& r) {
                       alignas(64) AmxTile tile;
@@ -411,12 +436,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   const int64_t strips = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
   const int64_t strip_words = pairs * kMR, panel_words = pairs * kNR;
   TsanForkJoin edges;  // (both loops)
+  PackingLease lease;
   const Packed packed = pack_operands(
       strips, strip_words,
       [&](int64_t t, uint32_t* dst) {  // rows of op(A): A[i, p] or A[p, i]
         pack_pairs(A, trans_a ? 1 : lda, trans_a ? lda : 1, M, K, t * kMR, kMR, pairs, dst);
       },
-      trans_b, N, K, B, ldb, pairs, edges);
+      trans_b, N, K, B, ldb, pairs, edges, lease);
   const Store store{alpha, beta, C, c_bf16, ldc, epilogue};
   // Tasks of up to 4 strips x 4 panels: a panel stays in L2 while the strips pass over it.
   tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, strips, 4, 0, panels, 4),
