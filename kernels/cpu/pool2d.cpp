@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "trident/core/error.h"
@@ -49,19 +50,17 @@ struct GradientPlane<uint16_t> {
 
 // The seed CNN's 2x2 window with stride 2, branch-free: the general loop's data-dependent
 // branches cost ~3 ns an element, most of the pooling time of a CNN step.
-template <class X>
-static void maxpool_2x2_plane(const X* xp, int64_t W, int64_t OH, int64_t OW, X* yp,
+static void maxpool_2x2_plane(const float* xp, int64_t W, int64_t OH, int64_t OW, float* yp,
                               int32_t* ap, bool relu) {
   for (int64_t oh = 0; oh < OH; ++oh) {
-    const X* r0 = xp + 2 * oh * W;
-    const X* r1 = r0 + W;
+    const float* r0 = xp + 2 * oh * W;
+    const float* r1 = r0 + W;
     const int32_t base = int32_t(2 * oh * W);
     for (int64_t ow = 0; ow < OW; ++ow) {
       // Candidates in row-major window order; a later one wins only if greater, or NaN.
-      float best = load_value(r0, 2 * ow);
+      float best = r0[2 * ow];
       int32_t at = base + int32_t(2 * ow);
-      const float b = load_value(r0, 2 * ow + 1), c = load_value(r1, 2 * ow),
-                  d = load_value(r1, 2 * ow + 1);
+      const float b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
       const bool take_b = b > best || b != b;
       best = take_b ? b : best;
       at = take_b ? at + 1 : at;
@@ -72,7 +71,7 @@ static void maxpool_2x2_plane(const X* xp, int64_t W, int64_t OH, int64_t OW, X*
       best = take_d ? d : best;
       at = take_d ? base + int32_t(W + 2 * ow + 1) : at;
       const bool zeroed = relu && !(best > 0.0f);  // the fused ReLU
-      store_value(yp, oh * OW + ow, zeroed ? 0.0f : best);  // exact: best is an input value
+      yp[oh * OW + ow] = zeroed ? 0.0f : best;
       ap[oh * OW + ow] = zeroed ? -1 : at;
     }
   }
@@ -95,12 +94,21 @@ void maxpool_forward(const Pool2dShape& s, const X* x, X* y, int32_t* argmax) {
   const bool fast_2x2 = s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
                         s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0;
   parallel_ranges(s.batch * s.channels, plane_grain(H * W), [=](int64_t p0, int64_t p1) {
+    std::vector<float> widened, pooled;  // a bfloat16 plane for the float 2x2 kernel
     for (int64_t plane = p0; plane < p1; ++plane) {
       const X* xp = x + plane * H * W;
       X* yp = y + plane * OH * OW;
       int32_t* ap = argmax + plane * OH * OW;
       if (fast_2x2) {
-        maxpool_2x2_plane(xp, W, OH, OW, yp, ap, s.relu);
+        if constexpr (std::is_same_v<X, float>) {
+          maxpool_2x2_plane(xp, W, OH, OW, yp, ap, s.relu);
+        } else {  // widened first: the kernel vectorises in float (6x slower converting inside)
+          widened.resize(size_t(H * W)), pooled.resize(size_t(OH * OW));
+          for (int64_t i = 0; i < H * W; ++i) widened[size_t(i)] = load_value(xp, i);
+          maxpool_2x2_plane(widened.data(), W, OH, OW, pooled.data(), ap, s.relu);
+          for (int64_t i = 0; i < OH * OW; ++i)
+            store_value(yp, i, pooled[size_t(i)]);  // exact: an input value or 0
+        }
         continue;
       }
       for (int64_t oh = 0; oh < OH; ++oh) {
