@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include <oneapi/tbb/version.h>
 
@@ -38,12 +37,13 @@ T* at(const Tensor& t) {
   return at<T>(t.memory());
 }
 
-// Calls f with a null pointer of the storage type of dtype's float kernels: uint16_t for
-// bfloat16 bits, float otherwise (the front passes only types do_native accepts).
+// Calls f with a zero of the storage type of dtype's float kernels (f takes its type as the
+// element type X): uint16_t for bfloat16 bits, float otherwise (the front passes only types
+// do_native accepts).
 template <class F>
 void with_storage(DType dtype, const F& f) {
-  if (dtype == DType::bf16) return f(static_cast<uint16_t*>(nullptr));
-  f(static_cast<float*>(nullptr));
+  if (dtype == DType::bf16) return f(uint16_t{0});
+  f(0.0f);
 }
 
 uint64_t page_bytes(int which) {
@@ -195,8 +195,8 @@ void CpuDevice::do_gemm_fused(const GemmArgs& g) {
 
 void CpuDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::axpby(at<X>(x), at<X>(y), y.numel(), a, b);
     });
   });
@@ -206,8 +206,8 @@ void CpuDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
 
 void CpuDevice::do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::unary_forward(op, at<X>(x), at<X>(y), x.numel(), alpha);
     });
   });
@@ -216,8 +216,8 @@ void CpuDevice::do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, f
 void CpuDevice::do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                   const Tensor& dx, float alpha) {
   run([&] {
-    with_storage(dy.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(dy.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::unary_backward(op, at<X>(x), at<X>(y), at<X>(dy), at<X>(dx), dy.numel(), alpha);
     });
   });
@@ -226,8 +226,8 @@ void CpuDevice::do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, 
 void CpuDevice::do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
                            float p, uint64_t seed, uint32_t stream, const Tensor& step_state) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::dropout(at<X>(x), at<X>(y), x.numel(), group, group_offset, p, seed, stream,
                    at<uint32_t>(step_state)[1]);
     });
@@ -299,8 +299,8 @@ void CpuDevice::do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor&
 void CpuDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                      const Tensor& argmax) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::maxpool2d_forward(s, at<X>(x), at<X>(y), at<int32_t>(argmax));
     });
   });
@@ -309,8 +309,8 @@ void CpuDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, cons
 void CpuDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                       const Tensor& argmax, const Tensor& dx) {
   run([&] {
-    with_storage(dy.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(dy.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::maxpool2d_backward(s, at<X>(dy), at<int32_t>(argmax), at<X>(dx));
     });
   });
@@ -318,8 +318,8 @@ void CpuDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
 
 void CpuDevice::do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::avgpool2d_forward(s, at<X>(x), at<X>(y));
     });
   });
@@ -327,8 +327,8 @@ void CpuDevice::do_avgpool2d_forward(const Pool2dShape& s, const Tensor& x, cons
 
 void CpuDevice::do_avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
   run([&] {
-    with_storage(dy.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(dy.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::avgpool2d_backward(s, at<X>(dy), at<X>(dx));
     });
   });
@@ -340,8 +340,8 @@ void CpuDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, con
                                      const Tensor& y, const Tensor& save_mean,
                                      const Tensor& save_invstd) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::batchnorm_forward(s, training, at<X>(x), at(gamma), at(beta), at(running_mean),
                              at(running_var), at<X>(y), at(save_mean), at(save_invstd));
     });
@@ -353,8 +353,8 @@ void CpuDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, 
                                       const Tensor& save_invstd, const Tensor& dx,
                                       const Tensor& dgamma, const Tensor& dbeta) {
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::batchnorm_backward(s, at<X>(x), at<X>(dy), at(gamma), at(save_mean),
                               at(save_invstd), at<X>(dx), at(dgamma), at(dbeta));
     });
@@ -437,8 +437,8 @@ void CpuDevice::do_gather_samples(const Tensor& src, const Tensor& table,
   host.sample_offset = t.sample_offset;
   const uint32_t* state = at<uint32_t>(step_state);
   run([&] {
-    with_storage(dst.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(dst.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::gather_samples(at<void>(src), src.dtype() == DType::u8, src.dim(0), src.dim(1),
                           src.dim(2), src.dim(3), at<int32_t>(table), table.numel(), dst.dim(0),
                           state[0], state[1], host, at<X>(dst));
@@ -519,8 +519,8 @@ void CpuDevice::do_convert(const Tensor& src, const Tensor& dst) {
 void CpuDevice::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
   const float f = at(factor)[0];
   run([&] {
-    with_storage(x.dtype(), [&](auto* of) {
-      using X = std::remove_pointer_t<decltype(of)>;
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
       cpu::scale(at<X>(x), f, at<X>(y), x.numel());
     });
   });

@@ -38,43 +38,6 @@ template <class X>
 void gather_samples_as(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
                        int64_t height, int64_t width, const int32_t* table, int64_t table_size,
                        int64_t rows, uint32_t position, uint32_t step,
-                       const SampleTransformHost& t, X* dst);
-
-}  // namespace
-
-void gather_rows(const void* src, int64_t src_rows, size_t row_bytes, const int32_t* table,
-                 int64_t table_size, int64_t rows, uint32_t position, void* dst) {
-  const int32_t* indices = batch_indices("gather_rows", table, table_size, rows, position, src_rows);
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / int64_t(row_bytes + 1));
-  parallel_ranges(rows, grain, [=](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i)
-      std::memcpy(static_cast<char*>(dst) + size_t(i) * row_bytes,
-                  static_cast<const char*>(src) + size_t(indices[i]) * row_bytes, row_bytes);
-  });
-}
-
-void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
-                    int64_t height, int64_t width, const int32_t* table, int64_t table_size,
-                    int64_t rows, uint32_t position, uint32_t step,
-                    const SampleTransformHost& t, float* dst) {
-  gather_samples_as(src, src_is_u8, src_rows, channels, height, width, table, table_size, rows,
-                    position, step, t, dst);
-}
-
-void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
-                    int64_t height, int64_t width, const int32_t* table, int64_t table_size,
-                    int64_t rows, uint32_t position, uint32_t step,
-                    const SampleTransformHost& t, uint16_t* dst) {
-  gather_samples_as(src, src_is_u8, src_rows, channels, height, width, table, table_size, rows,
-                    position, step, t, dst);
-}
-
-namespace {
-
-template <class X>
-void gather_samples_as(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
-                       int64_t height, int64_t width, const int32_t* table, int64_t table_size,
-                       int64_t rows, uint32_t position, uint32_t step,
                        const SampleTransformHost& t, X* dst) {
   const int32_t* indices =
       batch_indices("gather_samples", table, table_size, rows, position, src_rows);
@@ -127,6 +90,33 @@ void gather_samples_as(const void* src, bool src_is_u8, int64_t src_rows, int64_
 }
 
 }  // namespace
+
+void gather_rows(const void* src, int64_t src_rows, size_t row_bytes, const int32_t* table,
+                 int64_t table_size, int64_t rows, uint32_t position, void* dst) {
+  const int32_t* indices = batch_indices("gather_rows", table, table_size, rows, position, src_rows);
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / int64_t(row_bytes + 1));
+  parallel_ranges(rows, grain, [=](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i)
+      std::memcpy(static_cast<char*>(dst) + size_t(i) * row_bytes,
+                  static_cast<const char*>(src) + size_t(indices[i]) * row_bytes, row_bytes);
+  });
+}
+
+void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
+                    int64_t height, int64_t width, const int32_t* table, int64_t table_size,
+                    int64_t rows, uint32_t position, uint32_t step,
+                    const SampleTransformHost& t, float* dst) {
+  gather_samples_as(src, src_is_u8, src_rows, channels, height, width, table, table_size, rows,
+                    position, step, t, dst);
+}
+
+void gather_samples(const void* src, bool src_is_u8, int64_t src_rows, int64_t channels,
+                    int64_t height, int64_t width, const int32_t* table, int64_t table_size,
+                    int64_t rows, uint32_t position, uint32_t step,
+                    const SampleTransformHost& t, uint16_t* dst) {
+  gather_samples_as(src, src_is_u8, src_rows, channels, height, width, table, table_size, rows,
+                    position, step, t, dst);
+}
 
 void advance_step(uint32_t* step_state) {
   step_state[0] += 1;
