@@ -176,16 +176,19 @@ class Device {
   // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] (gamma, beta undefined: 1, 0). Training:
   // mean and invstd = 1/sqrt(var + eps) of this batch (biased variance) are written to
   // save_mean / save_invstd [C] for the backward, and running_mean / running_var are updated
-  // (see BatchNormShape). Evaluation: the running statistics, nothing written but y.
+  // (see BatchNormShape). Evaluation: the running statistics, nothing written but y. s.relu:
+  // y = max(that, 0).
   void batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
                          const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                          const Tensor& save_invstd);
   // dx, and dgamma / dbeta (unless undefined), for the training forward that saved
-  // save_mean / save_invstd.
+  // save_mean / save_invstd. s.relu: y is that forward's output, and dy counts only where
+  // y > 0 (y is read only then; dx may be dy, not y).
   void batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                           const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                          const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+                          const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                          const Tensor& y = Tensor());
 
   // ---- losses and the classification head (x, y, dx: [rows, cols]; labels: i32 [rows]) -------
   // The target distribution of a row with label l and label smoothing e in [0, 1):
@@ -287,7 +290,8 @@ class Device {
   virtual void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                                      const Tensor& gamma, const Tensor& save_mean,
                                      const Tensor& save_invstd, const Tensor& dx,
-                                     const Tensor& dgamma, const Tensor& dbeta) = 0;
+                                     const Tensor& dgamma, const Tensor& dbeta,
+                                     const Tensor& y) = 0;  // y: s.relu only
   virtual void do_log_softmax_forward(const Tensor& x, const Tensor& y) = 0;
   virtual void do_log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
   virtual void do_nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,

@@ -93,9 +93,13 @@ struct Pool2dShape {
 // BatchNorm1d: [N, C, 1]). Training uses the batch's statistics (biased variance) and updates
 // the running ones: running = (1 - momentum) * running + momentum * batch (unbiased variance);
 // evaluation uses the running statistics.
+// relu: a ReLU after the normalisation, fused (training and evaluation): y = max(bn(x), 0), and
+// the backward takes the gradient through it first, dy passing only where y > 0 (so it reads y,
+// the forward's output), as ReLU's own backward would.
 struct BatchNormShape {
   int64_t outer = 0, channels = 0, inner = 1;
   float eps = 1e-5f, momentum = 0.1f;
+  bool relu = false;
   int64_t numel() const { return outer * channels * inner; }
 };
 

@@ -261,6 +261,7 @@ BatchNormShape BatchNorm::shape_for(const Shape& input) const {
   for (size_t i = 2; i < input.size(); ++i) s.inner *= input[i];
   s.momentum = momentum_;
   s.eps = eps_;
+  s.relu = fused_relu_;
   return s;
 }
 
@@ -303,8 +304,8 @@ void BatchNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y
                                 scratch.empty() ? Tensor() : scratch[1]);
 }
 
-void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor&, const Tensor& dy,
-                         const Tensor& dx, const std::vector<Tensor>& scratch) {
+void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor& y,
+                         const Tensor& dy, const Tensor& dx, const std::vector<Tensor>& scratch) {
   const BatchNormShape s = shape_for(x.shape());
   if (!dx.defined() && !affine_) return;
   // dx is needed for the parameter gradients' sake only if there are any: the op writes both.
@@ -312,7 +313,7 @@ void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor&,
   if (!dx_target.defined()) dx_target = dy;  // dgamma/dbeta only: dx may go over dy
   ctx.device->batchnorm_backward(s, x, dy, affine_ ? params_[0] : Tensor(), scratch[0],
                                  scratch[1], dx_target, affine_ ? grads_[0] : Tensor(),
-                                 affine_ ? grads_[1] : Tensor());
+                                 affine_ ? grads_[1] : Tensor(), fused_relu_ ? y : Tensor());
 }
 
 // ---- pooling -------------------------------------------------------------------------------

@@ -87,6 +87,10 @@ class BatchNorm : public Layer {
   std::vector<ParamSpec> parameter_specs() const override;
   std::vector<ParamSpec> buffer_specs() const override;
   std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const override;
+  // Set when a ReLU follows: the normalisation applies it (BatchNormShape::relu) and its
+  // backward masks the gradient with the output, so the ReLU layer passes through.
+  void set_fused_relu(bool fused) { fused_relu_ = fused; }
+  bool backward_reads_output() const override { return fused_relu_; }
   void forward(const StepContext&, const Tensor& x, const Tensor& y,
                const std::vector<Tensor>& scratch) override;
   void backward(const StepContext&, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -94,6 +98,7 @@ class BatchNorm : public Layer {
 
  private:
   BatchNormShape shape_for(const Shape& input) const;
+  bool fused_relu_ = false;
   int dims_;
   int64_t channels_ = 0;
   float momentum_ = 0.1f, eps_ = 1e-5f;

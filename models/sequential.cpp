@@ -74,6 +74,10 @@ Shape Sequential::setup(const Shape& input) {
       if (act->op() != UnaryOp::relu) continue;
       pool->set_fused_relu(true);
       act->set_passthrough(true, false);  // the pooling's argmax masks the gradient
+    } else if (auto* norm = dynamic_cast<BatchNorm*>(layers_[i].get())) {
+      if (act->op() != UnaryOp::relu) continue;
+      norm->set_fused_relu(true);
+      act->set_passthrough(true, false);  // the normalisation's backward masks the gradient
     }
   }
   first_with_parameters_ = n;

@@ -242,11 +242,14 @@ TEST_CASE("conformance 16-bit: batchnorm forward (training and evaluation, stati
     uint32_t seed = 4400;
     for (const Case& c : cases)
       for (const bool affine : {true, false})
-        for (const bool training : {true, false}) {
+        for (const bool training : {true, false})
+        for (const bool relu : {false, true}) {  // a fused ReLU: 1-Lipschitz, the same bounds
           BatchNormShape s;
           s.outer = c.outer; s.channels = c.channels; s.inner = c.inner;
+          s.relu = relu;
           INFO("batchnorm outer=" << c.outer << " channels=" << c.channels << " inner=" << c.inner
-                                  << " affine=" << affine << " training=" << training);
+                                  << " affine=" << affine << " training=" << training
+                                  << " relu=" << relu);
           const size_t n = size_t(s.numel()), ch = size_t(c.channels);
           const int64_t k = c.outer * c.inner;
           auto channel_of = [&](size_t i) { return (i / size_t(c.inner)) % ch; };
@@ -303,12 +306,16 @@ TEST_CASE("conformance 16-bit: batchnorm forward (training and evaluation, stati
           // Backward from the reference's statistics, judged on its own: x-hat errs by
           // <= 2 u32 X (X = (|x| + |mean|) invstd), the two channel means by K u32 times their
           // absolute sums, so dx's S = |gamma| invstd (|dy| + mean|dy| + X mean(|dy| X)).
+          // With the fused ReLU both take y in the 16-bit type as the mask (the bounds, from the
+          // unmasked |dy|, only grow).
           const std::vector<float> grad = random_rounded(t, n, ++seed);
+          const std::vector<float> mask = rounded(t, y_want);
           std::vector<float> dx_want(n), dgamma_want(ch), dbeta_want(ch);
           reference::batchnorm_backward(s, x.data(), grad.data(), affine ? gamma.data() : nullptr,
                                         mean_want.data(), invstd_want.data(), dx_want.data(),
                                         affine ? dgamma_want.data() : nullptr,
-                                        affine ? dbeta_want.data() : nullptr);
+                                        affine ? dbeta_want.data() : nullptr,
+                                        relu ? mask.data() : nullptr);
           std::vector<double> big_x(n), mean_dy(ch, 0.0), mean_dy_x(ch, 0.0);
           for (size_t i = 0; i < n; ++i) {
             const size_t j = channel_of(i);
@@ -325,12 +332,13 @@ TEST_CASE("conformance 16-bit: batchnorm forward (training and evaluation, stati
             s_dgamma[j] = mean_dy_x[j] * double(k);
             s_dbeta[j] = mean_dy[j] * double(k);
           }
-          FencedBuffer dgrad(*device, t, grad, 3), dgrad_x(*device, t, nans(n), 1);
+          FencedBuffer dgrad(*device, t, grad, 3), dgrad_x(*device, t, nans(n), 1),
+              dmask(*device, t, mask, 2);
           Tensor ddgamma = upload(*device, nans(ch)), ddbeta = upload(*device, nans(ch));
           device->batchnorm_backward(s, dx.tensor(), dgrad.tensor(), affine ? dgamma : Tensor(),
                                      upload(*device, mean_want), upload(*device, invstd_want),
                                      dgrad_x.tensor(), affine ? ddgamma : Tensor(),
-                                     affine ? ddbeta : Tensor());
+                                     affine ? ddbeta : Tensor(), relu ? dmask.tensor() : Tensor());
           TRIDENT_CHECK_BOUNDED(dgrad_x.values(), dx_want, error_bounds(t, t, {0, 1.0, k + 6}, dx_want, sdx));
           if (affine) {
             TRIDENT_CHECK_BOUNDED(ddgamma.to_host(), dgamma_want, f32_bounds(t, {0, 1.0, k + 3}, dgamma_want, s_dgamma));

@@ -325,12 +325,15 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
     uint32_t seed = 2000;
     for (const Case& c : cases)
       for (const bool affine : {true, false})
-        for (const bool training : {true, false}) {
+        for (const bool training : {true, false})
+        for (const bool relu : {false, true}) {
           BatchNormShape s;
           s.outer = c.outer; s.channels = c.channels; s.inner = c.inner;
           s.momentum = 0.1f; s.eps = 1e-5f;
+          s.relu = relu;
           INFO("batchnorm outer=" << c.outer << " channels=" << c.channels << " inner="
-                                  << c.inner << " affine=" << affine << " training=" << training);
+                                  << c.inner << " affine=" << affine << " training=" << training
+                                  << " relu=" << relu);
           const size_t n = size_t(s.numel()), ch = size_t(c.channels);
           // Inputs with a large common offset: E[x^2] - E[x]^2 in float would lose the variance.
           std::vector<float> x = random_floats(n, ++seed, -1.0f, 1.0f);
@@ -362,13 +365,20 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
           TRIDENT_CHECK_CLOSE(dmean.values(), mean_want, (Tolerance{2e-6, 1e-6}));
           TRIDENT_CHECK_CLOSE(dinvstd.values(), invstd_want, (Tolerance{1e-7, 2e-5}));
 
-          // Backward from the reference's saved statistics, so that it is judged on its own.
+          if (relu && n >= 64) {  // the fused ReLU zeroed some outputs and kept others
+            const auto zeros = std::count(y_want.begin(), y_want.end(), 0.0f);
+            CHECK((zeros > 0 && size_t(zeros) < n));
+          }
+          // Backward from the reference's saved statistics (and, with the fused ReLU, its
+          // output as the mask), so that it is judged on its own.
           const std::vector<float> grad = random_floats(n, ++seed);
           std::vector<float> dx_want(n), dgamma_want(ch), dbeta_want(ch);
           reference::batchnorm_backward(s, x.data(), grad.data(), affine ? gamma.data() : nullptr,
                                         mean_want.data(), invstd_want.data(), dx_want.data(),
                                         affine ? dgamma_want.data() : nullptr,
-                                        affine ? dbeta_want.data() : nullptr);
+                                        affine ? dbeta_want.data() : nullptr,
+                                        relu ? y_want.data() : nullptr);
+          const Tensor mask = relu ? upload(*device, y_want) : Tensor();
           OffsetBuffer dgrad(*device, grad, 3), dgrad_x(*device, std::vector<float>(n, kNaN), 1),
               ddgamma(*device, std::vector<float>(ch, kNaN), 2),
               ddbeta(*device, std::vector<float>(ch, kNaN), 0);
@@ -376,7 +386,7 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
                                      affine ? dgamma.tensor() : Tensor(),
                                      upload(*device, mean_want), upload(*device, invstd_want),
                                      dgrad_x.tensor(), affine ? ddgamma.tensor() : Tensor(),
-                                     affine ? ddbeta.tensor() : Tensor());
+                                     affine ? ddbeta.tensor() : Tensor(), mask);
           TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want, (Tolerance{1e-5, 1e-4}));
           if (affine) {
             TRIDENT_CHECK_CLOSE(ddgamma.values(), dgamma_want,
@@ -388,8 +398,17 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
           device->batchnorm_backward(s, dx.tensor(), dgrad.tensor(),
                                      affine ? dgamma.tensor() : Tensor(),
                                      upload(*device, mean_want), upload(*device, invstd_want),
-                                     dgrad.tensor(), Tensor(), Tensor());
+                                     dgrad.tensor(), Tensor(), Tensor(), mask);
           TRIDENT_CHECK_CLOSE(dgrad.values(), dx_want, (Tolerance{1e-5, 1e-4}));
+          // The mask is y: asked for exactly when the ReLU is fused.
+          BatchNormShape other = s;
+          other.relu = !relu;
+          CHECK_THROWS_WITH(device->batchnorm_backward(other, dx.tensor(), dgrad.tensor(),
+                                                       Tensor(), upload(*device, mean_want),
+                                                       upload(*device, invstd_want),
+                                                       dgrad_x.tensor(), Tensor(), Tensor(), mask),
+                            Catch::Contains(relu ? "is read only"
+                                                                    : "needs y"));
         }
   }
 }

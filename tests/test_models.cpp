@@ -54,12 +54,13 @@ Network small_cnn() {
 
 // Everything the model issue added: batch norm (2d and 1d), residual blocks (identity and
 // projection shortcuts), convolutions without bias, rectangular kernels, strides and padding,
-// average and global pooling, every activation, linear without bias.
+// average and global pooling, every activation, linear without bias; a ReLU after batch norm
+// (fused into it).
 Network modern_net() {
   Network net("modern");
   net.add("conv1", Conv2d(4, 3).padding(1).bias(false));
   net.add("bn1", BatchNorm2d());
-  net.add("act1", LeakyReLU(0.1f));
+  net.add("act1", ReLU());
   Sequential body;
   body.add("conv1", Conv2d(4, 3).padding(1).bias(false));
   body.add("bn1", BatchNorm2d());
@@ -78,6 +79,7 @@ Network modern_net() {
   shortcut.add("1", BatchNorm2d());
   net.add("layer2", Residual(std::move(body2), std::move(shortcut)));
   net.add("avg", AvgPool2d(2).stride(1, 1));
+  net.add("leaky", LeakyReLU(0.1f));
   net.add("gap", GlobalAvgPool2d());
   net.add("flatten", Flatten());
   net.add("fc1", Linear(6).bias(false));
@@ -293,6 +295,57 @@ TEST_CASE("models: the fused head equals the separate loss ops", "[models][log_s
       CHECK_THROWS_WITH(plain.forward_loss(ctx, input, labels, {LossKind::nll, 0.0f},
                                            plain_loss, true),
                         Catch::Contains("LogSoftmax"));
+    }
+  }
+}
+
+TEST_CASE("models: a ReLU fused into the batch norm before it equals the separate ops",
+          "[models][batchnorm]") {
+  for (Device* device : trident::testing::devices_under_test()) {
+    DYNAMIC_SECTION(device->info().id()) {
+      Device& d = *device;
+      const int64_t batch = 6;
+      Tensor input = random_input(d, {batch, 2, 7, 7}, 23);
+      Tensor labels = Tensor::from_host(d, {batch}, std::vector<int32_t>{1, 3, 0, 2, 3, 1});
+      Tensor state = Tensor::zeros(d, {kStepStateCount}, DType::i32);
+      StepContext ctx{&d, state, true, 3, 0};
+      StepContext eval_ctx{&d, state, false, 3, 0};
+      // BatchNorm then ReLU (fused), and the same with an identity (dropout 0) between them,
+      // which keeps them apart: 2d and 1d.
+      auto make = [](bool fused) {
+        Network net("bn_relu");
+        net.add("conv", Conv2d(5, 3).padding(1).bias(false));
+        net.add("bn1", BatchNorm2d());
+        if (!fused) net.add("apart1", Dropout(0.0f));
+        net.add("relu1", ReLU());
+        net.add("flatten", Flatten());
+        net.add("fc1", Linear(8));
+        net.add("bn2", BatchNorm1d());
+        if (!fused) net.add("apart2", Dropout(0.0f));
+        net.add("relu2", ReLU());
+        net.add("fc2", Linear(4));
+        return net;
+      };
+      Network fused = make(true), plain = make(false);
+      fused.build(d, {2, 7, 7}, 5);
+      plain.build(d, {2, 7, 7}, 5);
+      REQUIRE(fused.parameters().to_host() == plain.parameters().to_host());
+      Tensor fused_loss = Tensor::zeros(d, {1}), plain_loss = Tensor::zeros(d, {1});
+      fused.forward_loss(ctx, input, labels, {LossKind::cross_entropy, 0.0f}, fused_loss, false);
+      fused.backward(ctx);
+      plain.forward_loss(ctx, input, labels, {LossKind::cross_entropy, 0.0f}, plain_loss, false);
+      plain.backward(ctx);
+      TRIDENT_CHECK_CLOSE(fused_loss.to_host(), plain_loss.to_host(), (Tolerance{1e-6, 1e-6}));
+      TRIDENT_CHECK_CLOSE(fused.gradients().to_host(), plain.gradients().to_host(),
+                          (Tolerance{1e-6, 1e-5}));
+      TRIDENT_CHECK_CLOSE(fused.buffers().to_host(), plain.buffers().to_host(),
+                          (Tolerance{1e-6, 1e-6}));
+      // The gradient is not trivially zero, and evaluation (running statistics) agrees too.
+      const std::vector<float> grads = fused.gradients().to_host();
+      CHECK(std::count(grads.begin(), grads.end(), 0.0f) < std::ptrdiff_t(grads.size() / 2));
+      const std::vector<float> eval_fused = fused.forward(eval_ctx, input).to_host();
+      TRIDENT_CHECK_CLOSE(eval_fused, plain.forward(eval_ctx, input).to_host(),
+                          (Tolerance{1e-6, 1e-5}));
     }
   }
 }

@@ -351,12 +351,13 @@ void CpuDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, con
 void CpuDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                                       const Tensor& gamma, const Tensor& save_mean,
                                       const Tensor& save_invstd, const Tensor& dx,
-                                      const Tensor& dgamma, const Tensor& dbeta) {
+                                      const Tensor& dgamma, const Tensor& dbeta,
+                                      const Tensor& y) {
   run([&] {
     with_storage(x.dtype(), [&](auto zero) {
       using X = decltype(zero);
       cpu::batchnorm_backward(s, at<X>(x), at<X>(dy), at(gamma), at(save_mean),
-                              at(save_invstd), at<X>(dx), at(dgamma), at(dbeta));
+                              at(save_invstd), at<X>(dx), at(dgamma), at(dbeta), at<X>(y));
     });
   });
 }

@@ -57,17 +57,22 @@ void forward(const BatchNormShape& s, bool training, const X* x, const float* ga
       const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
       const float af = float(a), bf = float((beta ? double(beta[c]) : 0.0) - mean * a);
       for_runs(s, c, [&](int64_t, int64_t at) {
-        for (int64_t i = 0; i < s.inner; ++i)
-          store_value(y, at + i, load_value(x, at + i) * af + bf);
+        if (s.relu)
+          for (int64_t i = 0; i < s.inner; ++i)
+            store_value(y, at + i, std::max(load_value(x, at + i) * af + bf, 0.0f));
+        else
+          for (int64_t i = 0; i < s.inner; ++i)
+            store_value(y, at + i, load_value(x, at + i) * af + bf);
       });
     }
   });
 }
 
+// s.relu: the gradient is dy where y > 0, else 0.
 template <class X>
 void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gamma,
               const float* save_mean, const float* save_invstd, X* dx, float* dgamma,
-              float* dbeta) {
+              float* dbeta, const X* y) {
   const double n = double(s.outer * s.inner);
   parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -76,7 +81,11 @@ void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gam
       const float mean_f = save_mean[c];
       double sum_dy = 0.0, sum_dy_centered = 0.0;
       for_runs(s, c, [&](int64_t, int64_t at) {
-        sum_products_about(dy + at, x + at, s.inner, mean_f, sum_dy, sum_dy_centered);
+        if (s.relu)
+          sum_masked_products_about(dy + at, y + at, x + at, s.inner, mean_f, sum_dy,
+                                    sum_dy_centered);
+        else
+          sum_products_about(dy + at, x + at, s.inner, mean_f, sum_dy, sum_dy_centered);
       });
       const double sum_dy_xhat = sum_dy_centered * invstd;
       if (dgamma) dgamma[c] = float(sum_dy_xhat);
@@ -87,11 +96,13 @@ void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gam
       const double mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
       const float kf = float(k), offset = float(k * mean_dy),
                   slope = float(k * invstd * mean_dy_xhat);
+      auto grad = [&](int64_t i) {
+        return !s.relu || load_value(y, i) > 0.0f ? load_value(dy, i) : 0.0f;
+      };
       for_runs(s, c, [&](int64_t, int64_t at) {
         for (int64_t i = 0; i < s.inner; ++i)
           store_value(dx, at + i,
-                      kf * load_value(dy, at + i) -
-                          (offset + (load_value(x, at + i) - mean_f) * slope));
+                      kf * grad(at + i) - (offset + (load_value(x, at + i) - mean_f) * slope));
       });
     }
   });
@@ -112,13 +123,13 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const uint16_t* x
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta) {
-  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+                        float* dx, float* dgamma, float* dbeta, const float* y) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, y);
 }
 void batchnorm_backward(const BatchNormShape& s, const uint16_t* x, const uint16_t* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        uint16_t* dx, float* dgamma, float* dbeta) {
-  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+                        uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* y) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, y);
 }
 
 }  // namespace trident::cpu

@@ -108,6 +108,21 @@ void sum_products_about(const X* g, const X* x, int64_t n, float shift, double& 
   sum_gx = total[1];
 }
 
+// The same with g_i taken as 0 where mask_i <= 0 (a fused ReLU's output masks its gradient).
+template <class X>
+void sum_masked_products_about(const X* g, const X* mask, const X* x, int64_t n, float shift,
+                               double& sum_g, double& sum_gx) {
+  double total[2] = {sum_g, sum_gx};
+  blocked_sums(n, [g, mask, x, shift](int64_t i, auto& t) {
+    using T = std::remove_reference_t<decltype(t[0])>;
+    const float gi = load_value(mask, i) > 0.0f ? load_value(g, i) : 0.0f;
+    t[0] = gi;
+    t[1] = T(gi) * (T(load_value(x, i)) - T(shift));
+  }, total);
+  sum_g = total[0];
+  sum_gx = total[1];
+}
+
 // Elements per task for memory-bound loops: ~128 KiB of floats, several microseconds of work.
 constexpr int64_t kElementwiseGrain = 32768;
 

@@ -3,6 +3,7 @@
 // (fused into the same launch when a block owns a whole channel). Training statistics come from
 // Welford's method (no E[x^2] - E[x]^2 cancellation), merged in double (Chan et al.).
 #include <cmath>
+#include <type_traits>
 
 #include "trident/kernels/cuda/batchnorm.h"
 #include "trident/kernels/cuda/channel_reduce.cuh"
@@ -27,6 +28,7 @@ struct BatchNormStatsOp {
   float* save_invstd;
   double count;  // values per channel (outer * inner), more than 1
   double eps, momentum;
+  bool relu;  // y = max(normalised, 0)
 
   struct Local {
     float n, mean, m2;
@@ -90,15 +92,19 @@ struct BatchNormStatsOp {
     coef[1] = float(invstd * (gamma ? double(gamma[c]) : 1.0));
     coef[2] = beta ? beta[c] : 0.f;
   }
+  __device__ float normalise(float v, const float* coef) const {
+    const float out = (v - coef[0]) * coef[1] + coef[2];
+    return relu ? fmaxf(out, 0.f) : out;
+  }
   __device__ void apply(I at, const float* coef) const {
-    y[at] = from_float<S>((to_float(x[at]) - coef[0]) * coef[1] + coef[2]);
+    y[at] = from_float<S>(normalise(to_float(x[at]), coef));
   }
   template <int V>
   __device__ void apply_packed(I at, const float* coef) const {
     float v[V];
     load_pack<V>(x, at, v);
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = (v[e] - coef[0]) * coef[1] + coef[2];
+    for (int e = 0; e < V; ++e) v[e] = normalise(v[e], coef);
     store_pack<V>(y, at, v);
   }
 };
@@ -107,8 +113,8 @@ static_assert(adds_groups<BatchNormStatsOp<Bf16, int32_t>>::value, "statistics a
 
 // Backward: sum(dy) and sum(dy * (x - mean)) of channel c, then
 // dx = k * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), k = gamma * invstd.
-
-template <typename S, typename I>
+// kRelu: dy is first taken through the fused ReLU (0 where the forward's y is not > 0).
+template <typename S, typename I, bool kRelu>
 struct BatchNormGradOp {
   static constexpr int kWords = 2;
   static constexpr bool kApply = true;
@@ -122,6 +128,22 @@ struct BatchNormGradOp {
   float* dgamma;
   float* dbeta;
   double count;
+  const S* y;  // read only when kRelu
+
+  __device__ float grad(float d, float out) const { return !kRelu || out > 0.f ? d : 0.f; }
+  __device__ float grad_at(I at) const {
+    return kRelu ? grad(to_float(dy[at]), to_float(y[at])) : to_float(dy[at]);
+  }
+  template <int V>
+  __device__ void load_grads(I at, float (&d)[V]) const {
+    load_pack<V>(dy, at, d);
+    if constexpr (kRelu) {
+      float out[V];
+      load_pack<V>(y, at, out);
+#pragma unroll
+      for (int e = 0; e < V; ++e) d[e] = grad(d[e], out[e]);
+    }
+  }
 
   struct Local {
     float sum_dy, sum_dy_centred, mean;
@@ -130,16 +152,16 @@ struct BatchNormGradOp {
   struct Value {
     float dy, x;
   };
-  __device__ Value load(I at) const { return {to_float(dy[at]), to_float(x[at])}; }
+  __device__ Value load(I at) const { return {grad_at(at), to_float(x[at])}; }
   static constexpr int kPackElementBytes = sizeof(S);
   bool packs_aligned(int bytes) const {
     return pack_aligned(x, size_t(bytes)) && pack_aligned(dy, size_t(bytes)) &&
-           (!dx || pack_aligned(dx, size_t(bytes)));
+           (!dx || pack_aligned(dx, size_t(bytes))) && (!kRelu || pack_aligned(y, size_t(bytes)));
   }
   template <int V>
   __device__ void load_packed(I at, Value (&v)[V]) const {
     float d[V], xs[V];
-    load_pack<V>(dy, at, d);
+    load_grads<V>(at, d);
     load_pack<V>(x, at, xs);
 #pragma unroll
     for (int e = 0; e < V; ++e) v[e] = {d[e], xs[e]};
@@ -165,12 +187,12 @@ struct BatchNormGradOp {
   }
   __device__ void apply(I at, const float* coef) const {
     dx[at] = from_float<S>(coef[1] *
-                           (to_float(dy[at]) - coef[2] - (to_float(x[at]) - coef[0]) * coef[3]));
+                           (grad_at(at) - coef[2] - (to_float(x[at]) - coef[0]) * coef[3]));
   }
   template <int V>
   __device__ void apply_packed(I at, const float* coef) const {
     float d[V], xs[V];
-    load_pack<V>(dy, at, d);
+    load_grads<V>(at, d);
     load_pack<V>(x, at, xs);
 #pragma unroll
     for (int e = 0; e < V; ++e) d[e] = coef[1] * (d[e] - coef[2] - (xs[e] - coef[0]) * coef[3]);
@@ -183,12 +205,13 @@ template <typename S, typename I>
 __global__ void batchnorm_eval_kernel(const S* x, const float* gamma, const float* beta,
                                       const float* running_mean, const float* running_var,
                                       S* y, I total, I channels, Divider<I> by_inner,
-                                      Divider<I> by_channels, float eps) {
+                                      Divider<I> by_channels, float eps, bool relu) {
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I q = by_inner.div(i);
     const I c = q - by_channels.div(q) * channels;
     const float scale = (gamma ? gamma[c] : 1.f) / sqrtf(running_var[c] + eps);
-    y[i] = from_float<S>((to_float(x[i]) - running_mean[c]) * scale + (beta ? beta[c] : 0.f));
+    const float out = (to_float(x[i]) - running_mean[c]) * scale + (beta ? beta[c] : 0.f);
+    y[i] = from_float<S>(relu ? fmaxf(out, 0.f) : out);
   }
 }
 
@@ -199,14 +222,15 @@ void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training
   if (training) {
     const BatchNormStatsOp<S, I> op{x,         gamma,       beta,  running_mean,
                                  running_var, y,         save_mean, save_invstd,
-                                 double(s.outer * s.inner), double(s.eps), double(s.momentum)};
+                                 double(s.outer * s.inner), double(s.eps), double(s.momentum),
+                                 s.relu};
     run_channel_reduce<I>(ctx, s.outer, s.channels, s.inner, op);
     return;
   }
   const int64_t total = s.numel();
   batchnorm_eval_kernel<S, I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
       x, gamma, beta, running_mean, running_var, y, I(total), I(s.channels),
-      Divider<I>(s.inner), Divider<I>(s.channels), s.eps);
+      Divider<I>(s.inner), Divider<I>(s.channels), s.eps, s.relu);
 }
 
 }  // namespace
@@ -232,22 +256,29 @@ void launch_batchnorm_forward(const KernelContext& ctx, DType type, const BatchN
 void launch_batchnorm_backward(const KernelContext& ctx, DType type, const BatchNormShape& s,
                                const void* x, const void* dy, const float* gamma,
                                const float* save_mean, const float* save_invstd, void* dx,
-                               float* dgamma, float* dbeta) {
+                               float* dgamma, float* dbeta, const void* y) {
   const double count = double(s.outer * s.inner);
   with_float_type(type, [&](auto tag) {
     using S = decltype(tag);
     const S *xs = static_cast<const S*>(x), *dys = static_cast<const S*>(dy);
+    const S* ys = static_cast<const S*>(y);
     S* dxs = static_cast<S*>(dx);
-    if (fits_int32(s.numel()) && fits_int32(s.channels))
-      run_channel_reduce<int32_t>(ctx, s.outer, s.channels, s.inner,
-                                  BatchNormGradOp<S, int32_t>{xs, dys, gamma, save_mean,
-                                                              save_invstd, dxs, dgamma, dbeta,
-                                                              count});
+    auto run = [&](auto index, auto relu) {
+      using I = decltype(index);
+      run_channel_reduce<I>(ctx, s.outer, s.channels, s.inner,
+                            BatchNormGradOp<S, I, decltype(relu)::value>{
+                                xs, dys, gamma, save_mean, save_invstd, dxs, dgamma, dbeta,
+                                count, ys});
+    };
+    const bool narrow = fits_int32(s.numel()) && fits_int32(s.channels);
+    if (narrow && s.relu)
+      run(int32_t(), std::true_type());
+    else if (narrow)
+      run(int32_t(), std::false_type());
+    else if (s.relu)
+      run(int64_t(), std::true_type());
     else
-      run_channel_reduce<int64_t>(ctx, s.outer, s.channels, s.inner,
-                                  BatchNormGradOp<S, int64_t>{xs, dys, gamma, save_mean,
-                                                              save_invstd, dxs, dgamma, dbeta,
-                                                              count});
+      run(int64_t(), std::false_type());
   });
 }
 

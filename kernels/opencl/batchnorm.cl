@@ -2,7 +2,8 @@
 // Welford's update per work-item and Chan's combination across work-items and pieces (never
 // E[x^2] - E[x]^2, which cancels), so that statistics sit within about 1e-7 of a float64
 // reference however large the mean. x, y, dx and dy are act_t (storage.cl); parameters,
-// statistics and partial sums float.
+// statistics and partial sums float. relu (BatchNormShape::relu): y = max(normalised, 0), and
+// the backward reads y to take dy through that ReLU first (0 where y is not > 0).
 //
 // A channel's values are cut into pieces as in channel.cl (RunCursor). With one piece per
 // channel a work-group does the whole channel: statistics, then the normalisation or the input
@@ -82,12 +83,20 @@ void store_batch_stats(Moments m, uint c, float eps, float momentum,
 // y = x * a + b with a = invstd * gamma, b = beta - mean * a, for channel c's values from the
 // cursor position k0 + lid on.
 void normalize_run(__global const act_t* x, __global act_t* y, uint channels, uint inner,
-                   uint c, uint k0, uint k1, float a, float b) {
+                   uint c, uint k0, uint k1, float a, float b, int relu) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    STORE(y, at, LOAD(x, at) * a + b);
+    const float v = LOAD(x, at) * a + b;
+    STORE(y, at, relu ? fmax(v, 0.0f) : v);
   }
+}
+
+// dy at one position, through the fused ReLU when relu (y: the forward's output).
+float relu_gradient(__global const act_t* dy, __global const act_t* y, int relu, uint at_dy,
+                    uint at_y) {
+  const float g = LOAD(dy, at_dy);
+  return relu && !(LOAD(y, at_y) > 0.0f) ? 0.0f : g;
 }
 
 // Training with one piece per channel: work-group c computes channel c's statistics, stores
@@ -100,7 +109,7 @@ void batchnorm_forward_channel(__global const act_t* x, ulong x_off, __global co
                                ulong running_var_off, __global act_t* y, ulong y_off,
                                __global float* save_mean, ulong save_mean_off,
                                __global float* save_invstd, ulong save_invstd_off, uint outer,
-                               uint channels, uint inner, float eps, float momentum) {
+                               uint channels, uint inner, float eps, float momentum, int relu) {
   __local float n[REDUCE_GROUP], mean[REDUCE_GROUP], m2[REDUCE_GROUP];
   const uint c = get_group_id(0), values = outer * inner;
   const Moments m = group_moments(moments_of_run(x + x_off, channels, inner, c, 0, values), n,
@@ -110,7 +119,7 @@ void batchnorm_forward_channel(__global const act_t* x, ulong x_off, __global co
                       running_var_off, save_mean, save_mean_off, save_invstd, save_invstd_off);
   const float a = (has_gamma ? gamma[gamma_off + c] : 1.0f) / sqrt(m.m2 / m.n + eps);
   const float b = (has_beta ? beta[beta_off + c] : 0.0f) - m.mean * a;
-  normalize_run(x + x_off, y + y_off, channels, inner, c, 0, values, a, b);
+  normalize_run(x + x_off, y + y_off, channels, inner, c, 0, values, a, b, relu);
 }
 
 // Training with several pieces per channel: the moments of piece (group id / channels) of
@@ -160,7 +169,7 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
                                   __global const float* mean, ulong mean_off,
                                   __global const float* spread, ulong spread_off,
                                   int stats_are_var, float eps, __global act_t* y, ulong y_off,
-                                  uint n, uint channels, uint inner) {
+                                  uint n, uint channels, uint inner, int relu) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint c = (i / inner) % channels;
@@ -168,7 +177,8 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
   const float invstd = stats_are_var ? 1.0f / sqrt(s + eps) : s;
   const float a = invstd * (has_gamma ? gamma[gamma_off + c] : 1.0f);
   const float b = (has_beta ? beta[beta_off + c] : 0.0f) - mean[mean_off + c] * a;
-  STORE(y, y_off + i, LOAD(x, x_off + i) * a + b);
+  const float v = LOAD(x, x_off + i) * a + b;
+  STORE(y, y_off + i, relu ? fmax(v, 0.0f) : v);
 }
 
 // ---- backward: dx = k * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n), k = gamma * invstd,
@@ -176,13 +186,13 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
 
 // One work-item's Kahan sums of dy and dy * (x - mean) over channel c's positions [k0, k1).
 float2 gradient_sums_of_run(__global const act_t* x, __global const act_t* dy,
-                            uint channels, uint inner, uint c, uint k0, uint k1,
-                            float mean) {
+                            __global const act_t* y, int relu, uint channels, uint inner,
+                            uint c, uint k0, uint k1, float mean) {
   float s0 = 0.0f, c0 = 0.0f, s1 = 0.0f, c1 = 0.0f;
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    const float g = LOAD(dy, at);
+    const float g = relu_gradient(dy, y, relu, at, at);
     kahan_add(&s0, &c0, g);
     kahan_add(&s1, &c1, g * (LOAD(x, at) - mean));
   }
@@ -202,13 +212,14 @@ float2 finish_gradient_sums(float2 sums, uint c, float invstd, float count,
 
 // dx for channel c's positions [k0, k1) from the coefficients.
 void input_gradient_run(__global const act_t* x, __global const act_t* dy,
-                        __global act_t* dx, uint channels, uint inner, uint c, uint k0,
-                        uint k1, float mean, float invstd, float k_scale, float2 coef) {
+                        __global const act_t* y, int relu, __global act_t* dx, uint channels,
+                        uint inner, uint c, uint k0, uint k1, float mean, float invstd,
+                        float k_scale, float2 coef) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
     const float xhat = (LOAD(x, at) - mean) * invstd;
-    STORE(dx, at, k_scale * (LOAD(dy, at) - coef.x - xhat * coef.y));
+    STORE(dx, at, k_scale * (relu_gradient(dy, y, relu, at, at) - coef.x - xhat * coef.y));
   }
 }
 
@@ -221,18 +232,20 @@ void batchnorm_backward_channel(__global const act_t* x, ulong x_off, __global c
                                 ulong save_invstd_off, __global act_t* dx, ulong dx_off,
                                 __global float* dgamma, ulong dgamma_off, int has_dgamma,
                                 __global float* dbeta, ulong dbeta_off, int has_dbeta,
-                                uint outer, uint channels, uint inner) {
+                                uint outer, uint channels, uint inner, __global const act_t* y,
+                                ulong y_off, int relu) {
   __local float a[REDUCE_GROUP], b[REDUCE_GROUP];
   const uint c = get_group_id(0), values = outer * inner;
   const float mean = save_mean[save_mean_off + c], invstd = save_invstd[save_invstd_off + c];
-  const float2 sums = local_sum2(
-      gradient_sums_of_run(x + x_off, dy + dy_off, channels, inner, c, 0, values, mean), a, b);
+  const float2 sums = local_sum2(gradient_sums_of_run(x + x_off, dy + dy_off, y + y_off, relu,
+                                                      channels, inner, c, 0, values, mean),
+                                 a, b);
   const float2 coef = finish_gradient_sums(sums, c, invstd, (float)values,
                                            dgamma, dgamma_off, has_dgamma && get_local_id(0) == 0,
                                            dbeta, dbeta_off, has_dbeta && get_local_id(0) == 0);
   const float k_scale = (has_gamma ? gamma[gamma_off + c] : 1.0f) * invstd;
-  input_gradient_run(x + x_off, dy + dy_off, dx + dx_off, channels, inner, c, 0, values, mean,
-                     invstd, k_scale, coef);
+  input_gradient_run(x + x_off, dy + dy_off, y + y_off, relu, dx + dx_off, channels, inner, c,
+                     0, values, mean, invstd, k_scale, coef);
 }
 
 // Several pieces per channel: the sums of piece (group id / channels) of channel
@@ -241,13 +254,15 @@ __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
 void batchnorm_gradient_sums(__global const act_t* x, ulong x_off, __global const act_t* dy,
                              ulong dy_off, __global const float* save_mean, ulong save_mean_off,
                              uint outer, uint channels, uint inner, uint per_piece,
-                             __global float* partial, ulong partial_off) {
+                             __global float* partial, ulong partial_off,
+                             __global const act_t* y, ulong y_off, int relu) {
   __local float a[REDUCE_GROUP], b[REDUCE_GROUP];
   const uint c = get_group_id(0) % channels, piece = get_group_id(0) / channels;
   const uint k0 = piece * per_piece, k1 = min(outer * inner, k0 + per_piece);
   const float mean = save_mean[save_mean_off + c];
-  const float2 sums = local_sum2(
-      gradient_sums_of_run(x + x_off, dy + dy_off, channels, inner, c, k0, k1, mean), a, b);
+  const float2 sums = local_sum2(gradient_sums_of_run(x + x_off, dy + dy_off, y + y_off, relu,
+                                                      channels, inner, c, k0, k1, mean),
+                                 a, b);
   if (get_local_id(0) != 0) return;
   partial[partial_off + (piece * channels + c) * 2] = sums.x;
   partial[partial_off + (piece * channels + c) * 2 + 1] = sums.y;
@@ -277,7 +292,7 @@ __kernel void batchnorm_gradient_finish(__global const float* partial, ulong par
   coef[coef_off + c * 2 + 1] = k.y;
 }
 
-// dx elementwise from the per-channel coefficients; dx may be dy.
+// dx elementwise from the per-channel coefficients; dx may be dy (not y).
 __kernel void batchnorm_input_gradient(__global const act_t* x, ulong x_off,
                                        __global const act_t* dy, ulong dy_off,
                                        __global const float* gamma, ulong gamma_off,
@@ -286,7 +301,8 @@ __kernel void batchnorm_input_gradient(__global const act_t* x, ulong x_off,
                                        ulong save_invstd_off, __global const float* coef,
                                        ulong coef_off,
                                        __global act_t* dx, ulong dx_off, uint n, uint channels,
-                                       uint inner) {
+                                       uint inner, __global const act_t* y, ulong y_off,
+                                       int relu) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint c = (i / inner) % channels;
@@ -294,5 +310,6 @@ __kernel void batchnorm_input_gradient(__global const act_t* x, ulong x_off,
   const float xhat = (LOAD(x, x_off + i) - save_mean[save_mean_off + c]) * invstd;
   const float k_scale = (has_gamma ? gamma[gamma_off + c] : 1.0f) * invstd;
   const float k0 = coef[coef_off + c * 2], k1 = coef[coef_off + c * 2 + 1];
-  STORE(dx, dx_off + i, k_scale * (LOAD(dy, dy_off + i) - k0 - xhat * k1));
+  const float g = relu_gradient(dy, y, relu, dy_off + i, y_off + i);
+  STORE(dx, dx_off + i, k_scale * (g - k0 - xhat * k1));
 }

@@ -1,5 +1,6 @@
 // Reference pooling (max and average, any window, stride and padding) and batch normalisation,
 // as direct loops over the definitions, sums in double.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -104,22 +105,25 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, c
     const double g = gamma ? double(gamma[c]) : 1.0, b = beta ? double(beta[c]) : 0.0;
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i)
-        y[at(o, i)] = static_cast<float>((x[at(o, i)] - mean) * invstd * g + b);
+        y[at(o, i)] = static_cast<float>(s.relu ? std::max((x[at(o, i)] - mean) * invstd * g + b, 0.0)
+                                                : (x[at(o, i)] - mean) * invstd * g + b);
   }
 }
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta) {
+                        float* dx, float* dgamma, float* dbeta, const float* y) {
   const double n = double(s.outer * s.inner);
+  // The gradient after the fused ReLU: dy where y > 0, else 0.
+  auto grad = [&](int64_t at) { return !s.relu || y[at] > 0.0f ? double(dy[at]) : 0.0; };
   for (int64_t c = 0; c < s.channels; ++c) {
     auto at = [&](int64_t o, int64_t i) { return (o * s.channels + c) * s.inner + i; };
     const double mean = save_mean[c], invstd = save_invstd[c];
     double sum_dy = 0.0, sum_dy_xhat = 0.0;
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i) {
-        sum_dy += dy[at(o, i)];
-        sum_dy_xhat += dy[at(o, i)] * (x[at(o, i)] - mean) * invstd;
+        sum_dy += grad(at(o, i));
+        sum_dy_xhat += grad(at(o, i)) * (x[at(o, i)] - mean) * invstd;
       }
     if (dgamma) dgamma[c] = static_cast<float>(sum_dy_xhat);
     if (dbeta) dbeta[c] = static_cast<float>(sum_dy);
@@ -128,7 +132,7 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i) {
         const double xhat = (x[at(o, i)] - mean) * invstd;
-        out[size_t(o * s.inner + i)] = k * (dy[at(o, i)] - sum_dy / n - xhat * sum_dy_xhat / n);
+        out[size_t(o * s.inner + i)] = k * (grad(at(o, i)) - sum_dy / n - xhat * sum_dy_xhat / n);
       }
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i) dx[at(o, i)] = static_cast<float>(out[size_t(o * s.inner + i)]);
