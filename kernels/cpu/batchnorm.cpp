@@ -96,13 +96,20 @@ void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gam
       const double mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
       const float kf = float(k), offset = float(k * mean_dy),
                   slope = float(k * invstd * mean_dy_xhat);
-      auto grad = [&](int64_t i) {
-        return !s.relu || load_value(y, i) > 0.0f ? load_value(dy, i) : 0.0f;
-      };
       for_runs(s, c, [&](int64_t, int64_t at) {
-        for (int64_t i = 0; i < s.inner; ++i)
-          store_value(dx, at + i,
-                      kf * grad(at + i) - (offset + (load_value(x, at + i) - mean_f) * slope));
+        if (s.relu) {  // dy and y loaded unconditionally, so that the loop vectorises
+          for (int64_t i = 0; i < s.inner; ++i) {
+            const float g = load_value(dy, at + i), out = load_value(y, at + i);
+            store_value(dx, at + i,
+                        kf * (out > 0.0f ? g : 0.0f) -
+                            (offset + (load_value(x, at + i) - mean_f) * slope));
+          }
+        } else {
+          for (int64_t i = 0; i < s.inner; ++i)
+            store_value(dx, at + i,
+                        kf * load_value(dy, at + i) -
+                            (offset + (load_value(x, at + i) - mean_f) * slope));
+        }
       });
     }
   });

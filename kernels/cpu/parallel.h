@@ -115,7 +115,9 @@ void sum_masked_products_about(const X* g, const X* mask, const X* x, int64_t n,
   double total[2] = {sum_g, sum_gx};
   blocked_sums(n, [g, mask, x, shift](int64_t i, auto& t) {
     using T = std::remove_reference_t<decltype(t[0])>;
-    const float gi = load_value(mask, i) > 0.0f ? load_value(g, i) : 0.0f;
+    // Both loaded unconditionally: a conditional load keeps the loop from vectorising.
+    const float gv = load_value(g, i), mv = load_value(mask, i);
+    const float gi = mv > 0.0f ? gv : 0.0f;
     t[0] = gi;
     t[1] = T(gi) * (T(load_value(x, i)) - T(shift));
   }, total);
