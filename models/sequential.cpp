@@ -80,6 +80,17 @@ Shape Sequential::setup(const Shape& input) {
       act->set_passthrough(true, false);  // the normalisation's backward masks the gradient
     }
   }
+  // An activation in place overwrites its input: not where a layer before it still needs that
+  // memory, its own output, for its backward (a ReLU, fused or not, then a Sigmoid: the ReLU's
+  // mask would read the Sigmoid's values).
+  for (size_t i = 1; i < n; ++i) {
+    bool output_needed = false;
+    for (size_t k = i; k-- > 0 && !output_needed;) {
+      output_needed = layers_[k]->backward_reads_output();
+      if (!layers_[k]->output_aliases_input()) break;
+    }
+    if (output_needed) layers_[i]->allow_in_place(false);
+  }
   first_with_parameters_ = n;
   for (size_t i = 0; i < n && first_with_parameters_ == n; ++i)
     if (has_parameters(*layers_[i])) first_with_parameters_ = i;

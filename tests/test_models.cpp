@@ -189,6 +189,24 @@ TEST_CASE("models: network gradients match finite differences on every device: t
   });
 }
 
+TEST_CASE("models: network gradients match finite differences on every device: activations "
+          "one after another (each needing its own output)", "[models][gradients]") {
+  check_gradients_on_every_device([](Device& d) {
+    Network net("chain");
+    net.add("conv", Conv2d(3, 3).padding(1).bias(false));
+    net.add("bn", BatchNorm2d());
+    net.add("relu", ReLU());
+    net.add("sigmoid", Sigmoid());
+    net.add("flatten", Flatten());
+    net.add("fc1", Linear(6));
+    net.add("relu2", ReLU());
+    net.add("tanh", Tanh());
+    net.add("fc2", Linear(4));
+    check_network_gradients(d, std::move(net), {2, 5, 5}, 4, {1, 3, 0, 2},
+                            {LossKind::cross_entropy, 0.0f});
+  });
+}
+
 TEST_CASE("models: shapes are inferred from the samples, and bad ones are named",
           "[models][shapes]") {
   Network net = modern_net();

@@ -104,9 +104,10 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, c
     }
     const double g = gamma ? double(gamma[c]) : 1.0, b = beta ? double(beta[c]) : 0.0;
     for (int64_t o = 0; o < s.outer; ++o)
-      for (int64_t i = 0; i < s.inner; ++i)
-        y[at(o, i)] = static_cast<float>(s.relu ? std::max((x[at(o, i)] - mean) * invstd * g + b, 0.0)
-                                                : (x[at(o, i)] - mean) * invstd * g + b);
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const double v = (x[at(o, i)] - mean) * invstd * g + b;
+        y[at(o, i)] = static_cast<float>(s.relu ? std::max(v, 0.0) : v);
+      }
   }
 }
 

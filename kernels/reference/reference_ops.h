@@ -71,7 +71,7 @@ void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, const float* gamma,
                        const float* beta, float* running_mean, float* running_var, float* y,
                        float* save_mean, float* save_invstd);
-// s.relu: y is the forward's output (the gradient passes where y > 0); else unused.
+// s.relu: y (required then) is the forward's output, the gradient passing where y > 0.
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         float* dx, float* dgamma, float* dbeta, const float* y = nullptr);
