@@ -119,6 +119,8 @@ class Residual : public Layer {
                const std::vector<Tensor>& scratch) override;
   void backward(const StepContext& ctx, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor& dx, const std::vector<Tensor>& scratch) override;
+  // The activation after the sum takes its gradient from y.
+  bool backward_reads_output() const override { return post_ != UnaryOp::identity; }
 
  private:
   Sequential body_, shortcut_;

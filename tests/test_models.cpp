@@ -197,6 +197,11 @@ TEST_CASE("models: network gradients match finite differences on every device: a
     net.add("bn", BatchNorm2d());
     net.add("relu", ReLU());
     net.add("sigmoid", Sigmoid());
+    Sequential body;
+    body.add("conv", Conv2d(3, 3).padding(1));
+    body.add("bn", BatchNorm2d());
+    net.add("block", Residual(std::move(body)));  // y = relu(body(x) + x)
+    net.add("sigmoid_after_block", Sigmoid());
     net.add("flatten", Flatten());
     net.add("fc1", Linear(6));
     net.add("relu2", ReLU());
