@@ -412,3 +412,31 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
         }
   }
 }
+
+TEST_CASE("conformance: batchnorm with a fused ReLU keeps a NaN (a diverged input is not "
+          "hidden as zeros)", "[conformance][batchnorm]") {
+  FOR_EACH_DEVICE(device) {
+    BatchNormShape s;
+    s.outer = 4, s.channels = 2, s.inner = 3, s.relu = true;
+    std::vector<float> x = random_floats(size_t(s.numel()), 77);
+    x[4] = std::numeric_limits<float>::quiet_NaN();  // sample 0, channel 1
+    const Tensor dx = upload(*device, x), y = upload(*device, std::vector<float>(x.size(), 0.f));
+    const Tensor rm = upload(*device, std::vector<float>{0.f, 0.f});
+    const Tensor rv = upload(*device, std::vector<float>{1.f, 1.f});
+    const Tensor mean = upload(*device, std::vector<float>(2));
+    const Tensor invstd = upload(*device, std::vector<float>(2));
+    for (const bool training : {false, true}) {  // evaluation first: training's NaN statistics
+      INFO("training " << training);              // would reach the running ones
+      device->batchnorm_forward(s, training, dx, Tensor(), Tensor(), rm, rv, y, mean, invstd);
+      const std::vector<float> out = y.to_host();
+      for (size_t i = 0; i < out.size(); ++i) {
+        const bool channel1 = (i / 3) % 2 == 1;
+        // Training: channel 1's statistics are NaN, so all of it is; evaluation: that value.
+        const bool nan_expected = training ? channel1 : i == 4;
+        INFO("value " << i);
+        CHECK(std::isnan(out[i]) == nan_expected);
+        if (!nan_expected) CHECK(out[i] >= 0.0f);
+      }
+    }
+  }
+}

@@ -19,6 +19,9 @@ void for_runs(const BatchNormShape& s, int64_t c, const F& f) {
   for (int64_t o = 0; o < s.outer; ++o) f(o, (o * s.channels + c) * s.inner);
 }
 
+// The fused ReLU as UnaryOp::relu computes it: a NaN is kept.
+inline float relu_kept_nan(float v) { return v < 0.0f ? 0.0f : v; }
+
 int64_t channel_grain(const BatchNormShape& s) {
   return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.outer * s.inner, 1));
 }
@@ -59,7 +62,7 @@ void forward(const BatchNormShape& s, bool training, const X* x, const float* ga
       for_runs(s, c, [&](int64_t, int64_t at) {
         if (s.relu)
           for (int64_t i = 0; i < s.inner; ++i)
-            store_value(y, at + i, std::max(load_value(x, at + i) * af + bf, 0.0f));
+            store_value(y, at + i, relu_kept_nan(load_value(x, at + i) * af + bf));
         else
           for (int64_t i = 0; i < s.inner; ++i)
             store_value(y, at + i, load_value(x, at + i) * af + bf);

@@ -94,7 +94,7 @@ struct BatchNormStatsOp {
   }
   __device__ float normalise(float v, const float* coef) const {
     const float out = (v - coef[0]) * coef[1] + coef[2];
-    return relu ? fmaxf(out, 0.f) : out;
+    return relu && out < 0.f ? 0.f : out;  // a NaN stays NaN, as UnaryOp::relu keeps it
   }
   __device__ void apply(I at, const float* coef) const {
     y[at] = from_float<S>(normalise(to_float(x[at]), coef));
@@ -211,7 +211,7 @@ __global__ void batchnorm_eval_kernel(const S* x, const float* gamma, const floa
     const I c = q - by_channels.div(q) * channels;
     const float scale = (gamma ? gamma[c] : 1.f) / sqrtf(running_var[c] + eps);
     const float out = (to_float(x[i]) - running_mean[c]) * scale + (beta ? beta[c] : 0.f);
-    y[i] = from_float<S>(relu ? fmaxf(out, 0.f) : out);
+    y[i] = from_float<S>(relu && out < 0.f ? 0.f : out);
   }
 }
 

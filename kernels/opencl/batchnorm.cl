@@ -88,7 +88,7 @@ void normalize_run(__global const act_t* x, __global act_t* y, uint channels, ui
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
     const float v = LOAD(x, at) * a + b;
-    STORE(y, at, relu ? fmax(v, 0.0f) : v);
+    STORE(y, at, relu && v < 0.0f ? 0.0f : v);  // a NaN stays NaN, as the unary relu keeps it
   }
 }
 
@@ -178,7 +178,7 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
   const float a = invstd * (has_gamma ? gamma[gamma_off + c] : 1.0f);
   const float b = (has_beta ? beta[beta_off + c] : 0.0f) - mean[mean_off + c] * a;
   const float v = LOAD(x, x_off + i) * a + b;
-  STORE(y, y_off + i, relu ? fmax(v, 0.0f) : v);
+  STORE(y, y_off + i, relu && v < 0.0f ? 0.0f : v);
 }
 
 // ---- backward: dx = k * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n), k = gamma * invstd,

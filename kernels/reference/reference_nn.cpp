@@ -1,6 +1,5 @@
 // Reference pooling (max and average, any window, stride and padding) and batch normalisation,
 // as direct loops over the definitions, sums in double.
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -106,7 +105,7 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, c
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i) {
         const double v = (x[at(o, i)] - mean) * invstd * g + b;
-        y[at(o, i)] = static_cast<float>(s.relu ? std::max(v, 0.0) : v);
+        y[at(o, i)] = static_cast<float>(s.relu && v < 0.0 ? 0.0 : v);  // NaN kept
       }
   }
 }
