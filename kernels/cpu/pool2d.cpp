@@ -135,20 +135,38 @@ void maxpool_forward(const Pool2dShape& s, const X* x, X* y, int32_t* argmax) {
 template <class X>
 void maxpool_backward(const Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx) {
   const int64_t HW = s.height * s.width, OHW = s.out_height() * s.out_width();
+  // Windows that do not overlap send each input at most one gradient: bfloat16 then needs no
+  // float32 plane, as 0 + dy rounds back to dy's own value (the seed CNN's 2x2 windows: the
+  // plane made its bf16 pooling backward twice the float32 one).
+  const bool disjoint = s.stride_h >= s.kernel_h && s.stride_w >= s.kernel_w;
   parallel_ranges(s.batch * s.channels, plane_grain(HW), [=](int64_t p0, int64_t p1) {
-    GradientPlane<X> gradient(HW);
+    GradientPlane<X> gradient(std::is_same_v<X, float> || !disjoint ? HW : 0);
     for (int64_t plane = p0; plane < p1; ++plane) {
       X* dx_plane = dx + plane * HW;
-      float* dxp = gradient.zeroed(dx_plane);
       const X* dyp = dy + plane * OHW;
       const int32_t* ap = argmax + plane * OHW;
-      for (int64_t i = 0; i < OHW; ++i) {
-        if (ap[i] == -1) continue;  // zeroed by a fused ReLU
-        if (ap[i] < 0 || ap[i] >= HW)
-          throw ShapeError("maxpool2d_backward: argmax " + std::to_string(ap[i]) +
+      auto check = [&](int32_t at) {
+        if (at < 0 || at >= HW)
+          throw ShapeError("maxpool2d_backward: argmax " + std::to_string(at) +
                            " is outside the " + std::to_string(s.height) + "x" +
                            std::to_string(s.width) +
                            " plane; pass the argmax buffer maxpool2d_forward wrote for this shape");
+      };
+      if constexpr (!std::is_same_v<X, float>) {
+        if (disjoint) {
+          std::memset(dx_plane, 0, size_t(HW) * sizeof(X));
+          for (int64_t i = 0; i < OHW; ++i) {
+            if (ap[i] == -1) continue;  // zeroed by a fused ReLU
+            check(ap[i]);
+            store_value(dx_plane, ap[i], 0.0f + load_value(dyp, i));
+          }
+          continue;
+        }
+      }
+      float* dxp = gradient.zeroed(dx_plane);
+      for (int64_t i = 0; i < OHW; ++i) {
+        if (ap[i] == -1) continue;  // zeroed by a fused ReLU
+        check(ap[i]);
         dxp[ap[i]] += load_value(dyp, i);
       }
       gradient.store(dxp, dx_plane);
