@@ -62,9 +62,7 @@ struct MmaTraits<F16> {
 };
 
 template <typename S>
-constexpr int kVec = 16 / int(sizeof(S));  // elements per 16-byte vector
-template <typename S>
-using Vec = Pack<S, kVec<S>>;
+constexpr int kVec = 16 / int(sizeof(S));  // elements per 16-byte vector (one cp.async copy)
 
 // One 8-warp block's accumulators and its multiply over one step's tiles in shared memory.
 // A is [BM][kBK + pad] (row-major) or, kAColMajor, [kBK][BM + pad]; B is [kBK][kBN + pad]
