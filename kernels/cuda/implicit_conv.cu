@@ -1,7 +1,8 @@
 // Implicit-GEMM convolution on tensor cores through WMMA (kernels/cuda/implicit_conv.h).
 //
 // Both product kernels compute a block tile C[BM, BN] of A[M, K] B[K, N] with 8 warps, each a
-// 32 x (BN / warps across) piece of 16x16 fragments, over K in steps of 32. A step's tiles are
+// 32 x (BN / warps across) piece of 16x16 fragments, over K in steps of 64 bytes of a row (32
+// 16-bit elements, 16 floats). A step's tiles are
 // copied from global memory straight into shared memory (cp.async, 16 bytes a copy, zeros
 // outside the image), three stages deep: the tensor cores work on one step while the next two
 // are in flight (against loads staged through registers into two stages: ResNet bf16 steps
@@ -9,8 +10,8 @@
 // too, on an H100; 80 and 64 registers, three and four blocks an SM, instead of 118 and 64).
 //
 // gather kernel (forward, data gradient): M = output channels, N = output positions (n, oy, ox)
-//   of all samples, K = (r, s, c) of the gathered NHWC input, c fastest: a step is 32 channels
-//   of one tap. B[k, j] = in_t[n, oy - PH + r, ox - PW + s, c] (zero outside), stored
+//   of all samples, K = (r, s, c) of the gathered NHWC input, c fastest: a step is 32 (16)
+//   channels of one tap. B[k, j] = in_t[n, oy - PH + r, ox - PW + s, c] (zero outside), stored
 //   [position][k]; A[m, k] = w_t[m, r, s, c]. The result goes through shared memory to
 //   out[n, m, oy, ox] (NCHW), coalesced along the positions, + bias[m], rounded once.
 // weight-gradient kernel: M = OC, N = (r, s, c), K = the positions of one slice of the batch.
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "trident/kernels/cuda/conv2d.h"
 #include "trident/kernels/cuda/float_types.cuh"
@@ -37,40 +39,62 @@ namespace wmma = nvcuda::wmma;
 using layout::transpose;
 
 constexpr int kThreads = 256;  // 8 warps
-// K per pipeline step: one tap's 32 channels (gather kernel) or 32 positions (weight gradient;
-// 64 was slower on an H200: 118 against 100 us for the ResNet's 28x28 32->32 layer).
-constexpr int kBK = 32;
+// Positions per weight-gradient slice come in multiples of this (every kStepK<M> divides it; a
+// 16-bit step of 64 positions was slower on an H200: 118 against 100 us for the ResNet's 28x28
+// 32->32 layer).
+constexpr int kSliceRound = 32;
 constexpr int kWgradBN = 128;  // N per weight-gradient block
 // N per gather block: 256 when M fits 32 rows (each warp then has 2x2 fragments), else 128.
 template <int BM>
 constexpr int kGatherBN = BM == 32 ? 256 : 128;
 
-// What the tensor cores read for a storage type S (bf16 or f16: the same bits).
-template <typename S>
+// How a kernel multiplies, keyed by a math tag M: the storage type of its operands, the element
+// the tensor cores read, the fragment's K and the row padding (16 bytes). Bf16 and F16 are both
+// tags and storage; Tf32 is float32 storage rounded to TF32 as the fragments are loaded (float32
+// convolutions with allow_tf32 only: see implicit_conv_fits).
+struct Tf32 {};
+template <typename M>
 struct MmaTraits;
 template <>
 struct MmaTraits<Bf16> {
+  using Storage = Bf16;
   using Element = __nv_bfloat16;
   using FragType = __nv_bfloat16;
   static constexpr int kK = 16, kPad = 8;
 };
 template <>
 struct MmaTraits<F16> {
+  using Storage = F16;
   using Element = __half;
   using FragType = __half;
   static constexpr int kK = 16, kPad = 8;
 };
+template <>
+struct MmaTraits<Tf32> {
+  using Storage = float;
+  using Element = float;
+  using FragType = wmma::precision::tf32;
+  static constexpr int kK = 8, kPad = 4;
+};
+template <typename M>
+using StorageOf = typename MmaTraits<M>::Storage;
 
-template <typename S>
-constexpr int kVec = 16 / int(sizeof(S));  // elements per 16-byte vector (one cp.async copy)
+template <typename M>
+constexpr int kVec = 16 / int(sizeof(StorageOf<M>));  // elements per 16-byte cp.async copy
+// K per pipeline step: 64 bytes of a row (32 16-bit or 16 float elements), so that a step's
+// tiles take the same shared memory and copies in every type. In the gather kernel a step is
+// part of one tap's channels (channels come in 32s); in the weight gradient, positions.
+template <typename M>
+constexpr int kStepK = 64 / int(sizeof(StorageOf<M>));
 
 // One 8-warp block's accumulators and its multiply over one step's tiles in shared memory.
 // A is [BM][kBK + pad] (row-major) or, kAColMajor, [kBK][BM + pad]; B is [kBK][kBN + pad]
 // (row-major) or, kBColMajor, [kBN][kBK + pad].
-template <typename S, int BM, int kBN, bool kAColMajor, bool kBColMajor, int kStages>
+template <typename M, int BM, int kBN, bool kAColMajor, bool kBColMajor, int kStages>
 struct BlockMma {
-  using T = MmaTraits<S>;
+  using T = MmaTraits<M>;
   using E = typename T::Element;
+  static constexpr int kBK = kStepK<M>;
   static constexpr int kWarpsM = BM / 32, kWarpsN = 8 / kWarpsM;
   static constexpr int kWarpN = kBN / kWarpsN, kFragsM = 2, kFragsN = kWarpN / 16;
   static_assert(kWarpsM * kWarpsN == 8 && kFragsN >= 1, "8 warps of 32 x 16k");
@@ -97,22 +121,35 @@ struct BlockMma {
       for (int j = 0; j < kFragsN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
   }
 
+  using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, T::kK, typename T::FragType, ALayout>;
+  using BFrag = wmma::fragment<wmma::matrix_b, 16, 16, T::kK, typename T::FragType, BLayout>;
+
+  // TF32 rounds to nearest (cvt.rna) what the tensor cores would otherwise truncate.
+  static constexpr bool kRound = std::is_same_v<M, Tf32>;
+  template <class Frag>
+  __device__ static void round_to_tf32(Frag& f) {
+#pragma unroll
+    for (int e = 0; e < f.num_elements; ++e) f.x[e] = wmma::__float_to_tf32(f.x[e]);
+  }
+
   __device__ void step(const E* a_tile, const E* b_tile) {
 #pragma unroll
     for (int k = 0; k < kBK; k += T::kK) {
-      wmma::fragment<wmma::matrix_a, 16, 16, T::kK, typename T::FragType, ALayout> a[kFragsM];
-      wmma::fragment<wmma::matrix_b, 16, 16, T::kK, typename T::FragType, BLayout> b[kFragsN];
+      AFrag a[kFragsM];
+      BFrag b[kFragsN];
 #pragma unroll
       for (int i = 0; i < kFragsM; ++i) {
         const int row = warp_m * 32 + i * 16;
         wmma::load_matrix_sync(a[i], a_tile + (kAColMajor ? k * kLda + row : row * kLda + k),
                                kLda);
+        if constexpr (kRound) round_to_tf32(a[i]);
       }
 #pragma unroll
       for (int j = 0; j < kFragsN; ++j) {
         const int col = warp_n * kWarpN + j * 16;
         wmma::load_matrix_sync(b[j], b_tile + (kBColMajor ? col * kLdb + k : k * kLdb + col),
                                kLdb);
+        if constexpr (kRound) round_to_tf32(b[j]);
       }
 #pragma unroll
       for (int i = 0; i < kFragsM; ++i)
@@ -175,16 +212,21 @@ __device__ __forceinline__ void copy_async_wait() {
 
 constexpr int kGatherStages = 3;
 
-// Three blocks an SM where BM allows it without spilling (80 registers), two at BM = 128.
-template <typename S, int BM, int kBN = kGatherBN<BM>>
-__global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : 3)
-    gather_conv_kernel(const S* __restrict__ in_t, const S* __restrict__ w_t,
-                       const float* __restrict__ bias, S* __restrict__ out, Gather g, int m_total,
-                       int columns) {
+// Three blocks an SM where BM allows it without spilling (80 registers), two at BM = 128 and for
+// TF32, whose rounding spilled at 80 registers.
+template <typename M, int BM>
+constexpr int kGatherBlocksPerSm = BM == 128 || std::is_same_v<M, Tf32> ? 2 : 3;
+
+template <typename M, int BM, int kBN = kGatherBN<BM>>
+__global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
+    gather_conv_kernel(const StorageOf<M>* __restrict__ in_t, const StorageOf<M>* __restrict__ w_t,
+                       const float* __restrict__ bias, StorageOf<M>* __restrict__ out, Gather g,
+                       int m_total, int columns) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  using Mma = BlockMma<S, BM, kBN, false, true, kGatherStages>;
+  using S = StorageOf<M>;
+  using Mma = BlockMma<M, BM, kBN, false, true, kGatherStages>;
   using E = typename Mma::E;
-  constexpr int V = kVec<S>, kVecsPerRow = kBK / V;
+  constexpr int kBK = Mma::kBK, V = kVec<M>, kVecsPerRow = kBK / V;
   constexpr int kBVecs = kBN * kVecsPerRow / kThreads;
   constexpr int kAVecs = (BM * kVecsPerRow + kThreads - 1) / kThreads;
   extern __shared__ __align__(128) char smem[];
@@ -265,15 +307,18 @@ constexpr int kWgradStages = 3;
 
 // The position tables ([kWgradStages][3][kBK]) run one step ahead of the copies. Four blocks an
 // SM at BM = 32 (64 registers, as before the copies went asynchronous), three at 64, two at 128.
-template <typename S, int BM, int kBN = kWgradBN>
-__global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
-    wgrad_conv_kernel(const S* __restrict__ x_t, const S* __restrict__ dy_t,
+template <typename M, int BM>
+constexpr int kWgradBlocksPerSm = BM == 128 ? 2 : BM == 64 ? 3 : 4;
+
+template <typename M, int BM, int kBN = kWgradBN>
+__global__ void __launch_bounds__(kThreads, kWgradBlocksPerSm<M, BM>)
+    wgrad_conv_kernel(const StorageOf<M>* __restrict__ x_t, const StorageOf<M>* __restrict__ dy_t,
                       float* __restrict__ partials, Gather g, int m_total, int positions_total,
                       int slice_positions) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  using Mma = BlockMma<S, BM, kBN, true, false, kWgradStages>;
+  using Mma = BlockMma<M, BM, kBN, true, false, kWgradStages>;
   using E = typename Mma::E;
-  constexpr int V = kVec<S>;
+  constexpr int kBK = Mma::kBK, V = kVec<M>;
   constexpr int kBVecsPerRow = kBN / V, kBVecs = kBK * kBVecsPerRow / kThreads;
   constexpr int kAVecsPerRow = BM / V;
   constexpr int kAVecs = (kBK * kAVecsPerRow + kThreads - 1) / kThreads;
@@ -387,17 +432,18 @@ void with_block_rows(int64_t m, F&& f) {
     f(std::integral_constant<int, 128>());
 }
 
-template <typename S>
+template <typename M>
 void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const float* bias,
             void* out, const Gather& g, int64_t batch, int64_t m_total) {
+  using S = StorageOf<M>;
   const int64_t columns = batch * g.yh * g.yw;
   if (columns == 0 || m_total == 0) return;
   with_block_rows(m_total, [&](auto bm) {
     constexpr int BM = decltype(bm)::value;
     constexpr int BN = kGatherBN<BM>;
-    using Mma = BlockMma<S, BM, BN, false, true, kGatherStages>;
+    using Mma = BlockMma<M, BM, BN, false, true, kGatherStages>;
     const dim3 grid(unsigned((columns + BN - 1) / BN), unsigned((m_total + BM - 1) / BM));
-    launch_with_smem<gather_conv_kernel<S, BM>>(
+    launch_with_smem<gather_conv_kernel<M, BM>>(
         Mma::kTileBytes, grid, ctx.stream, static_cast<const S*>(in_t),
         static_cast<const S*>(w_t), bias, static_cast<S*>(out), g, int(m_total), int(columns));
   });
@@ -411,13 +457,15 @@ Gather forward_gather(const Conv2dShape& s) {
 
 int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The 16-bit storage type of dtype passed to f as a value.
+// The math tag of s (implicit_conv_fits) passed to f as a value.
 template <class F>
-void with_half_type(DType dtype, F&& f) {
-  if (dtype == DType::bf16)
+void with_math(const Conv2dShape& s, F&& f) {
+  if (s.dtype == DType::bf16)
     f(Bf16{});
-  else
+  else if (s.dtype == DType::f16)
     f(F16{});
+  else
+    f(Tf32{});
 }
 
 }  // namespace
@@ -432,7 +480,14 @@ bool implicit_conv_available() {
 }
 
 bool implicit_conv_fits(const Conv2dShape& s) {
-  if (s.dtype != DType::bf16 && s.dtype != DType::f16) return false;
+  // float32 only where TF32 is allowed: split into 3xTF32 (hi = tf32(x), lo = tf32(x - hi),
+  // hi*hi + hi*lo + lo*hi) for float32 itself, these kernels made the ResNet's fp32 step 7%
+  // faster (H100: 3.84 -> 3.55 ms) but its convolutions ~15x less accurate than cuBLAS's float32
+  // GEMMs (max |error| / sum |x w| 1.5e-6 against ~1e-7: the tensor cores truncate as they
+  // accumulate, three times as often), which took 8 ResNet steps past the float32 agreement
+  // bound of tests/conformance_training.cpp.
+  if (s.dtype == DType::f32 ? !s.allow_tf32 : s.dtype != DType::bf16 && s.dtype != DType::f16)
+    return false;
   // Offsets in 32-bit ints; image, padding and kernel under kMaxExtent.
   return s.stride_h == 1 && s.stride_w == 1 && s.in_channels % 32 == 0 &&
          s.out_channels % 32 == 0 && s.in_channels > 0 && s.out_channels > 0 &&
@@ -450,7 +505,7 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   // About four blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
   const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles;
-  const int64_t most = std::max<int64_t>(1, positions / (8 * kBK));
+  const int64_t most = std::max<int64_t>(1, positions / (8 * kSliceRound));
   const int64_t memory = std::max<int64_t>(1, (int64_t(64) << 20) / (4 * s.weight_numel()));
   ws.splits = std::max<int64_t>(1, std::min({want, most, memory}));
   ws.x_t = 0;
@@ -466,11 +521,12 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
   if (s.batch == 0) return;
   const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
   const int64_t taps = s.kernel_h * s.kernel_w;
-  with_half_type(s.dtype, [&](auto tag) {
-    using S = decltype(tag);
+  with_math(s, [&](auto tag) {
+    using M = decltype(tag);
+    using S = StorageOf<M>;
     transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
     transpose<S>(ctx, w, workspace + ws.w_t, s.out_channels, s.in_channels, taps);
-    gather<S>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
+    gather<M>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
               s.out_channels);
   });
 }
@@ -486,10 +542,11 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
   const int64_t taps = s.kernel_h * s.kernel_w, ckk = s.patch_size();
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   const int64_t slice = (positions + ws.splits - 1) / ws.splits;
-  const int64_t slice_positions = (slice + kBK - 1) / kBK * kBK;
+  const int64_t slice_positions = (slice + kSliceRound - 1) / kSliceRound * kSliceRound;
   float* partials = reinterpret_cast<float*>(workspace + ws.partials);
-  with_half_type(s.dtype, [&](auto tag) {
-    using S = decltype(tag);
+  with_math(s, [&](auto tag) {
+    using M = decltype(tag);
+    using S = StorageOf<M>;
     if (!x_t_valid)
       transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
     transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
@@ -497,11 +554,11 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     with_block_rows(s.out_channels, [&](auto bm) {
       constexpr int BM = decltype(bm)::value;
       constexpr int BN = kWgradBN;
-      using Mma = BlockMma<S, BM, BN, true, false, kWgradStages>;
+      using Mma = BlockMma<M, BM, BN, true, false, kWgradStages>;
       const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
                       unsigned(ws.splits));
-      launch_with_smem<wgrad_conv_kernel<S, BM>>(
-          Mma::kTileBytes + kWgradStages * 3 * kBK * int(sizeof(int)), grid, ctx.stream,
+      launch_with_smem<wgrad_conv_kernel<M, BM>>(
+          Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid, ctx.stream,
           static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
           static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
           forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
@@ -523,7 +580,7 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
                    int(s.kernel_w - 1 - s.pad_w),
                    int(s.height),
                    int(s.width)};
-    gather<S>(ctx, workspace + ws.dy_t, workspace + ws.w_t, nullptr, dx, g, s.batch,
+    gather<M>(ctx, workspace + ws.dy_t, workspace + ws.w_t, nullptr, dx, g, s.batch,
               s.in_channels);
   });
   launch_conv_grad_reduce(ctx, partials, ws.splits, s.out_channels, ckk, false, false, dw,

@@ -1,5 +1,6 @@
-// CUDA implicit-GEMM convolution on tensor cores (bf16 and f16 with float32 accumulation) for
-// stride-1 convolutions whose channel counts are multiples of 32: the patch matrix is
+// CUDA implicit-GEMM convolution on tensor cores (bf16 and f16 with float32 accumulation; float32
+// rounded to TF32 where allow_tf32) for stride-1 convolutions whose channel counts are multiples
+// of 32: the patch matrix is
 // gathered tile by tile into shared memory instead of being written out by im2col (9x the
 // activations for a 3x3 kernel) and read back by a GEMM, and col2im disappears.
 //
@@ -26,8 +27,8 @@ namespace trident::cuda {
 
 // Whether this build has the kernels for the current device.
 bool implicit_conv_available();
-// Whether these kernels can run s: stride 1, C and OC multiples of 32, s.dtype bf16 or f16,
-// offsets within 32 bits.
+// Whether these kernels can run s: stride 1, C and OC multiples of 32, s.dtype bf16 or f16 (or
+// f32 with allow_tf32), offsets within 32 bits.
 bool implicit_conv_fits(const Conv2dShape& s);
 
 // Workspace layout: x in NHWC, dy in NHWC, the rearranged kernel, the weight-gradient partials.
