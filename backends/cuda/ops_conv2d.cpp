@@ -31,11 +31,11 @@
 // weight gradient is one product), then (folded) t, OC x n P elements, also holding dyt.
 //
 // Implicit (CudaDevice::implicit_conv: stride 1, not 1x1, channels multiples of 32, at least 100
-// output positions, 16-bit or float32 with allow_tf32): no columns at all; kernels/cuda/implicit_conv.h gathers the
-// patches from x and dy in NHWC into shared memory for the forward, the data gradient (the
-// flipped kernel over dy) and the weight gradient (float32 partials over slices of the
-// positions, summed in a fixed order); db by channel_sums. The workspace then holds x in NHWC,
-// which the backward reuses.
+// output positions, 16-bit or float32 with allow_tf32): no columns at all;
+// kernels/cuda/implicit_conv.h gathers the patches from x and dy in NHWC into shared memory for
+// the forward, the data gradient (the flipped kernel over dy) and the weight gradient (float32
+// partials over slices of the positions, summed in a fixed order); db by channel_sums. The
+// workspace then holds x in NHWC, which the backward reuses.
 #include <algorithm>
 #include <type_traits>
 

@@ -2,12 +2,12 @@
 //
 // Both product kernels compute a block tile C[BM, BN] of A[M, K] B[K, N] with 8 warps, each a
 // 32 x (BN / warps across) piece of 16x16 fragments, over K in steps of 64 bytes of a row (32
-// 16-bit elements, 16 floats). A step's tiles are
-// copied from global memory straight into shared memory (cp.async, 16 bytes a copy, zeros
-// outside the image), three stages deep: the tensor cores work on one step while the next two
-// are in flight (against loads staged through registers into two stages: ResNet bf16 steps
-// 1.615 -> 1.570 ms with this gather kernel, 1.574 -> 1.544 with this weight-gradient kernel
-// too, on an H100; 80 and 64 registers, three and four blocks an SM, instead of 118 and 64).
+// 16-bit elements, 16 floats). A step's tiles are copied from global memory straight into shared
+// memory (cp.async, 16 bytes a copy, zeros outside the image), three stages deep: the tensor
+// cores work on one step while the next two are in flight (against loads staged through
+// registers into two stages: ResNet bf16 steps 1.615 -> 1.570 ms with this gather kernel, 1.574
+// -> 1.544 with this weight-gradient kernel too, on an H100; 80 and 64 registers, three and four
+// blocks an SM, instead of 118 and 64).
 //
 // gather kernel (forward, data gradient): M = output channels, N = output positions (n, oy, ox)
 //   of all samples, K = (r, s, c) of the gathered NHWC input, c fastest: a step is 32 (16)
@@ -307,11 +307,8 @@ constexpr int kWgradStages = 3;
 
 // The position tables ([kWgradStages][3][kBK]) run one step ahead of the copies. Four blocks an
 // SM at BM = 32 (64 registers, as before the copies went asynchronous), three at 64, two at 128.
-template <typename M, int BM>
-constexpr int kWgradBlocksPerSm = BM == 128 ? 2 : BM == 64 ? 3 : 4;
-
 template <typename M, int BM, int kBN = kWgradBN>
-__global__ void __launch_bounds__(kThreads, kWgradBlocksPerSm<M, BM>)
+__global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
     wgrad_conv_kernel(const StorageOf<M>* __restrict__ x_t, const StorageOf<M>* __restrict__ dy_t,
                       float* __restrict__ partials, Gather g, int m_total, int positions_total,
                       int slice_positions) {
