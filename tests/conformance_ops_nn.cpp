@@ -320,7 +320,9 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
   const std::vector<Case> cases = {{2, 1, 1},    {7, 3, 5},     {256, 32, 49}, {16, 64, 196},
                                    {200, 50, 1}, {3, 128, 49},  {1, 4, 9},     {5000, 2, 1},
                                    // runs of 8 and 2: CUDA's packed loads of 16 and 8 bytes
-                                   {20, 32, 784}, {3, 5, 6}};
+                                   {20, 32, 784}, {3, 5, 6},
+                                   // one channel in many parts (CUDA merges them block-wide)
+                                   {64, 1, 2048}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 2000;
     for (const Case& c : cases)

@@ -48,6 +48,10 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), ordinal_);
     gemm_ = std::make_unique<CublasGemm>(ordinal_, stream_, tf32_);
     implicit_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true) && implicit_conv_available();
+    int cooperative = 0;
+    TRIDENT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, ordinal_), ordinal_);
+    cooperative_launch_ = cooperative != 0 && env_flag("TRIDENT_CUDA_COOPERATIVE", true);
     const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
     const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
     const size_t bytes = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);
@@ -87,6 +91,7 @@ KernelContext CudaDevice::kernel_context(bool with_error_flag) {
   ctx.stream = stream_;
   ctx.sms = info_.compute_units;
   ctx.scratch = scratch_;
+  ctx.cooperative_launch = cooperative_launch_;
   if (with_error_flag) ctx.error_flag = device_ptr<int32_t>(error_flag());
   return ctx;
 }

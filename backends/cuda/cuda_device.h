@@ -141,6 +141,7 @@ class CudaDevice final : public Device {
   // Convolutions through kernels/cuda/implicit_conv.h where they fit (TRIDENT_CUDA_IMPLICIT_CONV,
   // default on, and sm_80 code in the binary); otherwise im2col + cuBLAS.
   bool implicit_conv_ = false;
+  bool cooperative_launch_ = false;  // TRIDENT_CUDA_COOPERATIVE (on) and the device allows it
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasGemm> gemm_;
   void* scratch_memory_ = nullptr;  // ReduceScratch's buffers, allocated once

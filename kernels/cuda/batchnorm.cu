@@ -80,6 +80,12 @@ struct BatchNormStatsOp {
     a[2] += b[2] + d * d * (a[0] * b[0] / n);
     a[0] = n;
   }
+  __device__ void coefficients(I c, const double* acc, float* coef) const {
+    const double invstd = 1.0 / sqrt(acc[2] / count + eps);
+    coef[0] = float(acc[1]);
+    coef[1] = float(invstd * (gamma ? double(gamma[c]) : 1.0));
+    coef[2] = beta ? beta[c] : 0.f;
+  }
   __device__ void finish(I c, const double* acc, float* coef) const {
     const double mean = acc[1], var = acc[2] / count;
     const double invstd = 1.0 / sqrt(var + eps);
@@ -88,9 +94,7 @@ struct BatchNormStatsOp {
     running_mean[c] = float((1.0 - momentum) * double(running_mean[c]) + momentum * mean);
     running_var[c] = float((1.0 - momentum) * double(running_var[c]) +
                            momentum * var * count / (count - 1.0));
-    coef[0] = float(mean);
-    coef[1] = float(invstd * (gamma ? double(gamma[c]) : 1.0));
-    coef[2] = beta ? beta[c] : 0.f;
+    coefficients(c, acc, coef);
   }
   __device__ float normalise(float v, const float* coef) const {
     const float out = (v - coef[0]) * coef[1] + coef[2];
@@ -176,9 +180,13 @@ struct BatchNormGradOp {
   __device__ static void merge(double* a, const double* b) { a[0] += b[0], a[1] += b[1]; }
   __device__ void finish(I c, const double* acc, float* coef) const {
     const double invstd = save_invstd[c];
+    if (dgamma) dgamma[c] = float(acc[1] * invstd);
+    if (dbeta) dbeta[c] = float(acc[0]);
+    coefficients(c, acc, coef);
+  }
+  __device__ void coefficients(I c, const double* acc, float* coef) const {
+    const double invstd = save_invstd[c];
     const double sum_dy = acc[0], sum_dy_xhat = acc[1] * invstd;
-    if (dgamma) dgamma[c] = float(sum_dy_xhat);
-    if (dbeta) dbeta[c] = float(sum_dy);
     const double n = count > 0.0 ? count : 1.0;
     coef[0] = save_mean[c];
     coef[1] = float((gamma ? double(gamma[c]) : 1.0) * invstd);

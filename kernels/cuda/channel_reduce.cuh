@@ -12,16 +12,23 @@
 //   static void merge(double* a, const double* b)  a = a followed by b (order matters for Welford)
 //   void finish(I c, const double* acc, float* coef)  writes the op's results for channel c, and
 //                                the coefficients of the second pass
+//   void coefficients(I c, const double* acc, float* coef)  (kApply) the coefficients alone,
+//                                without finish's writes (see channel_reduce_apply_kernel)
 //   void apply(I address, const float* coef)    the second pass, one value
 //
 // Launch shapes: 1-D blocks over (channel, part) tasks, part p being a contiguous slice of the
 // channel's outer * inner values; or, when inner == 1 (channels are the columns of a matrix),
 // blocks of 32 channels x 8 row lanes so that each warp reads 32 adjacent columns. The parts per
-// channel are chosen to fill the GPU. With one part a block owns its channel and runs the second
-// pass itself (no scratch); with several, each block leaves its partial in the device's scratch,
-// the last block to arrive (of all, or of its 32 columns) merges those channels' parts in a fixed
-// order, finishes them and leaves the coefficients there, and channel_apply_kernel runs the second
-// pass over all values. Finishing per tile of columns matters for thousands of columns: one block
+// channel are chosen to fill the GPU: for planes, as many as one wave of resident blocks holds
+// (a second, partial wave doubled the ResNet's 28x28 statistics). With one part a block owns its
+// channel and runs the second pass itself (no scratch). With several and a second pass, where the
+// device allows a cooperative launch, channel_reduce_apply_kernel does everything in one launch
+// (each block merges its channel's partials after a grid-wide barrier and applies to its own
+// part). Otherwise each block leaves its partial in the device's scratch, the last block to
+// arrive (of all, or of its 32 columns) merges those channels' parts in a fixed order, finishes
+// them and leaves the coefficients there, and channel_apply_kernel runs the second pass over all
+// values. ResNet steps on an H100 (bf16): 1.520 ms with the old part counts, 1.490 with one wave,
+// 1.461 with the fused launch (fp32 3.805 -> 3.774). Finishing per tile of columns matters for thousands of columns: one block
 // finishing 4096 bias-gradient columns made a 4 MB reduction take 15 us on an H200; per-tile
 // finishing took 20 us off the 4096-wide MLP's bf16 step on an H100 (three such). A thread loads
 // kLoadBatch values before it adds them (in its order), so that a Welford update's division does
@@ -34,6 +41,8 @@
 // and the length multiples of V, pointers aligned): a thread then adds V adjacent values in
 // order. Batch-norm statistics over bf16 reached ~300 GB/s reading one 2-byte value per load.
 #pragma once
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <type_traits>
 #include <utility>
@@ -303,6 +312,59 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
   }
 }
 
+// Channels of planes in several parts each (Op::kApply), every block resident at once (a
+// cooperative launch, one block a task): each block reduces its part, the grid synchronises,
+// and every block merges its channel's partials itself, in the same fixed order, then applies
+// the second pass to the part it reduced, which the L2 cache still holds. So no last block
+// finishes all channels alone and no second launch reads x again from memory. The block of part
+// 0 writes the channel's results (Op::finish); the others take only the coefficients.
+template <typename I, class Op, int V>
+__global__ void __launch_bounds__(kBlockThreads, 3)
+    channel_reduce_apply_kernel(ChannelWalk<I> walk, I parts, Op op, ReduceScratch scratch) {
+  __shared__ double shared[Op::kWords * kBlockThreads];
+  __shared__ float coef[coef_slots<Op>()];
+  const I task = I(blockIdx.x), c = task / parts, part = task - c * parts;
+  const I units = walk.length / I(V);  // values, or packs of V
+  const I begin = I(int64_t(units) * int64_t(part) / int64_t(parts));
+  const I end = I(int64_t(units) * int64_t(part + 1) / int64_t(parts));
+  auto address = [&](I k) { return walk.address(c, k * I(V)); };
+  typename Op::Local local = op.zero(c);
+  if constexpr (V > 1)
+    accumulate_packs<V, I>(op, local, begin + I(threadIdx.x), end, I(kBlockThreads), address);
+  else
+    accumulate<I>(op, local, begin + I(threadIdx.x), end, I(kBlockThreads), address);
+  double acc[Op::kWords];
+  op.to_acc(local, acc);
+  block_merge<Op>(acc, shared);
+  if (threadIdx.x == 0)
+    for (int k = 0; k < Op::kWords; ++k) scratch.partials[int64_t(task) * Op::kWords + k] = acc[k];
+  cooperative_groups::this_grid().sync();
+  const double* p = scratch.partials + int64_t(c) * parts * Op::kWords;
+  if (parts <= I(16)) {  // one thread merges them (merge_parts loads 8 at a time)
+    if (threadIdx.x == 0) merge_parts<I, Op>(p, I(0), parts, I(1), acc);
+  } else {  // thread t merges parts t, t + 256, ...; then a tree over the threads
+    op.to_acc(op.zero(c), acc);  // nothing: merge's identity
+    if (I(threadIdx.x) < parts)
+      merge_parts<I, Op>(p, I(threadIdx.x),
+                         (parts - I(threadIdx.x) + I(kBlockThreads) - 1) / I(kBlockThreads),
+                         I(kBlockThreads), acc);
+    block_merge<Op>(acc, shared);
+  }
+  if (threadIdx.x == 0) {
+    if (part == 0)
+      op.finish(c, acc, coef);
+    else
+      op.coefficients(c, acc, coef);
+  }
+  __syncthreads();
+  for (I k = begin + I(threadIdx.x); k < end; k += I(kBlockThreads)) {
+    if constexpr (V > 1)
+      op.template apply_packed<V>(address(k), coef);
+    else
+      op.apply(address(k), coef);
+  }
+}
+
 // inner == 1: x is [rows, channels]; blockIdx.x picks 32 channels, blockIdx.y the part of rows.
 // The last block of the 32 channels to arrive finishes them (its counter: counter[1 + blockIdx.x]),
 // so that thousands of channels (a bias gradient) are finished by many blocks, not by one.
@@ -393,25 +455,50 @@ void launch_channel_apply(const KernelContext& ctx, int64_t total, int64_t chann
   });
 }
 
+// Blocks of `kernel` (kBlockThreads threads, no dynamic shared memory) resident on an SM of the
+// current device at once; `fallback` if unknown. Asked each time (a host call that reads cached
+// attributes): GPUs of different kinds may train together.
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, int fallback) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks = fallback;
+  }
+  return int64_t(blocks);
+}
+
+// channel_reduce_apply_kernel as a cooperative launch of `blocks` (a kernel node of a captured
+// graph as well).
+template <typename I, class Op, int V>
+void launch_reduce_apply(const KernelContext& ctx, unsigned blocks, const ChannelWalk<I>& walk,
+                         I parts, const Op& op) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kBlockThreads);
+  config.stream = ctx.stream;
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&config, channel_reduce_apply_kernel<I, Op, V>, walk, parts, op,
+                           ctx.scratch);  // a failure shows as the launch's error
+}
+
 // Reduces x[outer, channels, inner] channel by channel with `op` (and applies, if Op::kApply).
 template <typename I, class Op>
 void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channels, int64_t inner,
                         const Op& op) {
   const int64_t length = outer * inner;
-  // Blocks to aim for: four an SM for matrix columns, two an SM for channels of planes, where
-  // each block's loads are few and its merges cost about as much (ResNet bf16 1.545 -> 1.520 ms
-  // on an H100, two alternating rounds; one an SM was no faster, and four for columns keeps
-  // mlp-big's bias gradients as they were: 0.608 against 0.611 ms with two).
   const int64_t sms = int64_t(std::max(ctx.sms, 1));
-  const int64_t column_target_blocks = 4 * sms, channel_target_blocks = 2 * sms;
   const ReduceScratch& scratch = ctx.scratch;
-  // Parts per channel: enough blocks to fill the GPU, and few enough values per thread that its
-  // float accumulation stays accurate (~64), but at least a few per thread; no more than the
-  // scratch holds (partials, and the coefficients of a separate second pass).
-  auto parts_for = [&](int64_t units, int64_t threads, int64_t max_parts,
-                       int64_t target_blocks) {
-    int64_t parts = units >= target_blocks ? 1 : (target_blocks + units - 1) / units;
-    parts = std::max(parts, (length + 64 * threads - 1) / (64 * threads));
+  // Parts per channel: as wanted, but few enough values per thread that its float accumulation
+  // stays accurate (at most max_values), and at least a few; no more than the scratch holds
+  // (partials, and the coefficients of a separate second pass).
+  auto parts_for = [&](int64_t wanted, int64_t threads, int64_t max_parts, int64_t max_values) {
+    int64_t parts = std::max(wanted, (length + max_values * threads - 1) / (max_values * threads));
     parts = std::min(parts, length / (16 * threads));
     parts = std::min(parts, scratch.partial_words / (channels * Op::kWords));
     parts = std::min(parts, max_parts);
@@ -421,9 +508,11 @@ void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channel
   if (inner == 1 && channels > 1) {
     const int64_t tiles = (channels + kColumnChannels - 1) / kColumnChannels;
     // One arrival counter per tile of columns, after the kernels' shared counter[0].
-    const int64_t parts = tiles < scratch.counter_words
-                              ? parts_for(tiles, kColumnLanes, 65535, column_target_blocks)
-                              : 1;
+    // Four blocks an SM at least: mlp-big's bias gradients took 0.608 ms a bf16 step with
+    // four, 0.611 with two (H100).
+    const int64_t wanted = tiles >= 4 * sms ? 1 : (4 * sms + tiles - 1) / tiles;
+    const int64_t parts =
+        tiles < scratch.counter_words ? parts_for(wanted, kColumnLanes, 65535, 64) : 1;
     column_reduce_kernel<I, Op><<<dim3(unsigned(tiles), unsigned(parts)),
                                   dim3(kColumnChannels, kColumnLanes), 0, ctx.stream>>>(
         I(outer), I(channels), I(parts), op, scratch);
@@ -436,20 +525,35 @@ void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channel
     }
     return;
   }
-  const int64_t parts = parts_for(channels, kBlockThreads, INT32_MAX, channel_target_blocks);
   ChannelWalk<I> walk;
   walk.channels = I(channels);
   walk.inner = I(inner);
   walk.length = I(length);
   walk.by_inner = Divider<I>(std::max<int64_t>(inner, 1));
   walk.one_run = outer == 1 || channels == 1;
-  const int64_t tasks = channels * parts;
-  const unsigned grid = unsigned(std::min<int64_t>(tasks, int64_t(1) << 24));
+  int64_t parts = 1;
   // Packs of V values: length = outer * inner is a multiple of V when inner is.
   with_channel_pack(inner, op, [&](auto width) {
     constexpr int V = decltype(width)::value;
-    channel_reduce_kernel<I, Op, V><<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op,
-                                                                            scratch);
+    constexpr auto kernel = channel_reduce_kernel<I, Op, V>;
+    // Channels of planes: as many parts as one wave of resident blocks holds (up to 128 values
+    // a thread), not more: under ncu on an H100 a second wave of 20 blocks doubled the time of
+    // the ResNet's 28x28 batch-norm statistics (416 blocks, 396 resident).
+    const int64_t resident = std::max<int64_t>(1, resident_blocks(kernel, 1));
+    parts = parts_for(std::max<int64_t>(1, resident * sms / channels), kBlockThreads, INT32_MAX,
+                      128);
+    const int64_t tasks = channels * parts;
+    // Fused where every block fits one wave (32-bit indices only: fewer kernels to build).
+    if constexpr (Op::kApply && std::is_same_v<I, int32_t>) {
+      if (parts > 1 && ctx.cooperative_launch &&
+          tasks <= resident_blocks(channel_reduce_apply_kernel<I, Op, V>, 0) * sms) {
+        launch_reduce_apply<I, Op, V>(ctx, unsigned(tasks), walk, I(parts), op);
+        parts = 1;  // applied
+        return;
+      }
+    }
+    const unsigned grid = unsigned(std::min<int64_t>(tasks, int64_t(1) << 24));
+    kernel<<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op, scratch);
   });
   if constexpr (Op::kApply) {
     if (parts > 1)

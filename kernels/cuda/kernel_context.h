@@ -35,6 +35,8 @@ struct KernelContext {
   int sms = 1;                    // streaming multiprocessors of the device
   ReduceScratch scratch;
   int32_t* error_flag = nullptr;  // Device::error_flag(): i32 [2] = {DeviceErrorCode, value}
+  // Whether kernels may be launched cooperatively (all blocks resident, a grid-wide barrier).
+  bool cooperative_launch = false;
 };
 
 }  // namespace trident::cuda
