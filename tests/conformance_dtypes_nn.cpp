@@ -43,7 +43,11 @@ std::vector<Conv2dShape> conv_shapes(DType t) {
           // tiles across samples, a rectangular kernel whose padding leaves none on one side for
           // dx; 3600 positions (the weight gradient split over slices of them).
           conv(3, 32, 10, 11, 96, 3, 5, 1, 1, 2, 1, t),
-          conv(4, 32, 30, 30, 32, 3, 3, 1, 1, 1, 1, t)};
+          conv(4, 32, 30, 30, 32, 3, 3, 1, 1, 1, 1, t),
+          // The same with 64 input channels, 96 output channels (a partial tile of 128), no
+          // padding above and below but one left and right.
+          conv(2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, t),
+          conv(2, 64, 9, 20, 96, 3, 3, 1, 1, 0, 1, t)};
 }
 
 Pool2dShape pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,
