@@ -44,6 +44,8 @@ std::vector<Conv2dShape> conv_shapes() {
       // Small images with C*KH*KW >= 128: CUDA's folded layout (one GEMM over all samples)
       conv(3, 16, 9, 7, 5, 3, 3, 1, 1, 1, 1),
       conv(2, 24, 11, 10, 6, 3, 5, 2, 1, 1, 2),   // ... with a rectangular kernel and stride
+      // ... 7x7 planes (an odd run) with 8 samples: CUDA's packs of columns across samples
+      conv(8, 16, 7, 7, 24, 3, 3, 1, 1, 1, 1),
       // 7x7 planes: the CPU multiplies 6 samples' patch matrices at once, so 13 samples make
       // full groups and a ragged one in each thread's piece
       conv(13, 4, 7, 7, 6, 3, 3, 1, 1, 1, 1),

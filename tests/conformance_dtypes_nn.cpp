@@ -37,6 +37,7 @@ std::vector<Conv2dShape> conv_shapes(DType t) {
           conv(2, 4, 9, 9, 7, 1, 1, 2, 2, 0, 0, t),      // 1x1 stride 2 (ResNet shortcut)
           conv(2, 3, 11, 8, 5, 2, 4, 3, 1, 1, 2, t),     // every dimension different
           conv(3, 16, 9, 7, 5, 3, 3, 1, 1, 1, 1, t),     // CUDA's folded layout (CKK >= 128)
+          conv(8, 16, 7, 7, 24, 3, 3, 1, 1, 1, 1, t),    // ... packs across samples
           conv(13, 8, 7, 7, 6, 3, 3, 1, 1, 1, 1, t),     // the CPU's groups of 6 samples
           conv(3, 40, 13, 11, 70, 3, 3, 1, 1, 1, 1, t),  // past one GEMM tile
           // Channels in 32s, stride 1, 100 positions or more: CUDA's implicit GEMM. Position
