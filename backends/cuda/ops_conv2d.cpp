@@ -21,14 +21,14 @@
 // product instead of a batch of small ones, at the price of a transpose of y and of dy:
 //   t[OC, n P] = W col;  y = samples_first(t) + b;  dyt = channels_first(dy);  dcol = W^T dyt;
 //   the weight gradient batched as above over the folded columns, or for P <= 64 one product
-//   too: dw_full[OC, CKK + 1] = dyt col^T (K = n P).
+//   too, straight into dw: dw[OC, CKK] = dyt col^T (K = n P; db from dy's channel sums).
 // Chosen from cuBLAS alone on an H100 at batch 256 (bench/cuda_conv_gemm_layouts.cu,
 // bench/results/h100_conv_gemm_layouts.txt): e.g. bf16, the 7x7 128->128 layer's three GEMMs
 // 0.084 ms folded against 0.247 batched (fp32 0.330 against 0.418); the 14x14 64->64 layer's
 // forward and dx 0.053 against 0.117, its weight gradient 0.062 transposed-batched, 0.095
 // batched, 0.120 as one product; at 28x28 and for the 1x1 shortcuts batched stays best.
-// Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; one sample's worth when the
-// weight gradient is one product), then (folded) t, OC x n P elements, also holding dyt.
+// Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; none when the weight gradient
+// is one product), then (folded) t, OC x n P elements, also holding dyt.
 //
 // Implicit (CudaDevice::implicit_conv: stride 1, not 1x1, channels multiples of 32, at least 100
 // output positions, 16-bit or float32 with allow_tf32): no columns at all;
@@ -82,7 +82,7 @@ struct ConvPlan {
         rows * p * element + (folded ? oc * p * element : 0) + (folded_dw ? 0 : dw_bytes);
     chunk = std::min(s.batch, std::max<int64_t>(1, kChunkBytes / per_sample));
     col_bytes = round_bytes(chunk * rows * p * element);
-    dw_part_bytes = round_bytes(folded_dw ? dw_bytes : chunk * dw_bytes);
+    dw_part_bytes = folded_dw ? 0 : round_bytes(chunk * dw_bytes);
     t_bytes = folded ? round_bytes(chunk * oc * p * element) : 0;
   }
   // Sample n of a tensor of s.dtype whose samples are `size` elements apart.
@@ -200,16 +200,22 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
       check_launch("channels_first");
     }
     if (plan.folded_dw) {
-      GemmCall gw;  // dw_full[OC, CKK+1] = dyt[OC, nP] col[CKK+1, nP]^T
+      // dw[OC, CKK] (+)= dyt[OC, nP] col[CKK, nP]^T straight into dw, and db from dy's channel
+      // sums: with the ones row as a 1153rd column (7x7 128->128), cuBLAS chose an align-1
+      // kernel (51 us on an H100, bf16); 1152 columns take an aligned one (ResNet step bf16
+      // 1.434 -> 1.374 ms, fp32 3.732 -> 3.702).
+      GemmCall gw;
       gw.ab_type = s.dtype, gw.c_type = DType::f32, gw.tf32 = s.allow_tf32;
       gw.trans_b = true;
-      gw.m = plan.oc, gw.n = plan.dw_columns, gw.k = np;
+      gw.m = plan.oc, gw.n = plan.ckk, gw.k = np;
       gw.a = t, gw.lda = np;
       gw.b = col, gw.ldb = np;
-      gw.c = dw_part, gw.ldc = plan.dw_columns;
+      gw.c = device_ptr<float>(dw), gw.ldc = plan.ckk;
+      gw.beta = n0 > 0 ? 1.0f : 0.0f;
       gemm_->gemm(gw);
-      launch_conv_grad_reduce(ctx, dw_part, 1, plan.oc, plan.ckk, true, false,
-                              device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
+      if (db.defined())
+        launch_channel_sums(ctx, s.dtype, dy_n, nullptr, device_ptr<float>(db), samples, plan.oc,
+                            plan.p, n0 > 0 ? 1.0f : 0.0f);
     } else {
       // dw_part_n^T[dw_columns, OC] = col_n[dw_columns, P] dy_n[OC, P]^T: the transposed
       // product, for which cuBLAS picks far faster kernels than for dw_part_n itself (bf16,
