@@ -249,6 +249,40 @@ __global__ void fold_kernel(const S* src, const float* bias, I total, I channels
   }
 }
 
+// The same where P is not a multiple of the pack (the 7x7 layers): one thread per Q adjacent
+// elements of dst, which may span runs (each value finds its own source), written as one Pack;
+// the reads are single values. total counts packs, positions are elements.
+template <typename S, typename I, int Q>
+__global__ void fold_packed_dst_kernel(const S* src, const float* bias, I total, I channels,
+                                       I positions, I samples, Divider<I> by_p,
+                                       Divider<I> by_c, Divider<I> by_n, bool to_channels,
+                                       S* dst) {
+  for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
+    const I first = i * I(Q);
+    const I t = by_p.div(first);
+    I p = first - t * positions, outer, inner;  // to_channels: (c, n); else (n, c)
+    if (to_channels)
+      outer = by_n.div(t), inner = t - outer * samples;
+    else
+      outer = by_c.div(t), inner = t - outer * channels;
+    Pack<S, Q> pack;
+#pragma unroll
+    for (int e = 0; e < Q; ++e) {
+      if (to_channels) {  // dst[c, n, p] = src[n, c, p]
+        pack.v[e] = src[(inner * channels + outer) * positions + p];
+      } else {  // dst[n, c, p] = src[c, n, p] + bias[c]
+        const S v = src[(inner * samples + outer) * positions + p];
+        pack.v[e] = bias ? from_float<S>(to_float(v) + bias[inner]) : v;
+      }
+      if (++p == positions) {
+        p = 0;
+        if (++inner == (to_channels ? samples : channels)) inner = 0, ++outer;
+      }
+    }
+    *reinterpret_cast<Pack<S, Q>*>(dst + first) = pack;
+  }
+}
+
 void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const float* bias,
                  int64_t samples, int64_t channels, int64_t positions, bool to_channels,
                  void* dst) {
@@ -268,6 +302,20 @@ void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const f
     auto with_width = [&](auto zero) {
       const int q =
           std::min(pack_for(positions, src, sizeof(S)), pack_for(positions, dst, sizeof(S)));
+      const int q_dst = q == 1 ? pack_for(total, dst, sizeof(S)) : 1;
+      // Odd runs: packs of dst across them (H100, bf16, the 7x7 128-channel transposes 7.9 ->
+      // 4.6 us; ResNet step 1.376 -> 1.364 ms).
+      if (q_dst > 1) {
+        using I = decltype(zero);
+        with_pack_width<sizeof(S)>(q_dst, [&](auto width) {
+          constexpr int Q = decltype(width)::value;
+          fold_packed_dst_kernel<S, I, Q><<<grid_for(total / Q), kBlockThreads, 0, ctx.stream>>>(
+              static_cast<const S*>(src), bias, I(total / Q), I(channels), I(positions),
+              I(samples), Divider<I>(positions), Divider<I>(channels), Divider<I>(samples),
+              to_channels, static_cast<S*>(dst));
+        });
+        return;
+      }
       with_pack_width<sizeof(S)>(q, [&](auto width) { run(zero, width); });
     };
     if (fits_int32(total)) with_width(int32_t(0)); else with_width(int64_t(0));
