@@ -28,9 +28,10 @@
 // arrive (of all, or of its 32 columns) merges those channels' parts in a fixed order, finishes
 // them and leaves the coefficients there, and channel_apply_kernel runs the second pass over all
 // values. ResNet steps on an H100 (bf16): 1.520 ms with the old part counts, 1.490 with one wave,
-// 1.461 with the fused launch (fp32 3.805 -> 3.774). Finishing per tile of columns matters for thousands of columns: one block
-// finishing 4096 bias-gradient columns made a 4 MB reduction take 15 us on an H200; per-tile
-// finishing took 20 us off the 4096-wide MLP's bf16 step on an H100 (three such). A thread loads
+// 1.461 with the fused launch (fp32 3.805 -> 3.774). Finishing per tile of columns matters for
+// thousands of columns: one block finishing 4096 bias-gradient columns made a 4 MB reduction take
+// 15 us on an H200; per-tile finishing took 20 us off the 4096-wide MLP's bf16 step on an H100
+// (three such). A thread loads
 // kLoadBatch values before it adds them (in its order), so that a Welford update's division does
 // not hold back the next loads (5% on batch-norm statistics, which stay latency-bound: under ncu
 // on an H100, 30% occupancy, stalled on barriers about as much as on memory).
