@@ -31,8 +31,8 @@ __host__ __device__ __forceinline__ float to_float(Bf16 v) { return bf16_to_floa
 // gives its canonical NaN, still take core/half.h's bits.
 __host__ __device__ __forceinline__ float to_float(F16 v) {
 #ifdef __CUDA_ARCH__
-  if ((v.bits & 0x7c00u) == 0x7c00u && (v.bits & 0x3ffu) != 0u) return f16_to_float(v.bits);
-  return __half2float(__ushort_as_half(v.bits));
+  const float f = __half2float(__ushort_as_half(v.bits));
+  return f == f ? f : f16_to_float(v.bits);  // one float test instead of two on the bits
 #else
   return f16_to_float(v.bits);
 #endif
@@ -65,11 +65,39 @@ struct alignas(sizeof(S) * V < 16 ? sizeof(S) * V : 16) Pack {
 template <typename S>
 constexpr int kPackOf = int(16 / sizeof(S));
 
+// Whether either f16 of a 32-bit word is a NaN: its magnitude bits above 0x7c00, i.e. their sum
+// with 0x3ff reaching bit 15 (no carry crosses into the other half).
+__device__ __forceinline__ bool f16x2_has_nan(uint32_t word) {
+  return (((word & 0x7fff7fffu) + 0x03ff03ffu) & 0x80008000u) != 0u;
+}
+
 // Loads V floats from p[at, at + V) (one Pack when V > 1: the caller checked the alignment).
+// f16 packs without a NaN (one integer test a pair) convert a pair an instruction; testing and
+// converting each value alone made f16 batch-norm gradients compute-bound (ResNet: 1.6x their
+// bf16 time on an H100).
 template <int V, typename S, typename I>
 __device__ __forceinline__ void load_pack(const S* p, I at, float (&out)[V]) {
   if constexpr (V == 1) {
     out[0] = to_float(p[at]);
+  } else if constexpr (std::is_same_v<S, F16>) {
+    const Pack<S, V> pack = *reinterpret_cast<const Pack<S, V>*>(p + at);
+    uint32_t words[V / 2];
+    __builtin_memcpy(words, &pack, sizeof(words));
+    bool nan = false;
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) nan |= f16x2_has_nan(words[j]);
+    if (!nan) {
+#pragma unroll
+      for (int j = 0; j < V / 2; ++j) {
+        __half2 h;
+        __builtin_memcpy(&h, &words[j], sizeof(h));
+        const float2 f = __half22float2(h);
+        out[2 * j] = f.x, out[2 * j + 1] = f.y;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] = to_float(pack.v[j]);
+    }
   } else {
     const Pack<S, V> pack = *reinterpret_cast<const Pack<S, V>*>(p + at);
 #pragma unroll
@@ -81,6 +109,24 @@ template <int V, typename S, typename I>
 __device__ __forceinline__ void store_pack(S* p, I at, const float (&in)[V]) {
   if constexpr (V == 1) {
     p[at] = from_float<S>(in[0]);
+  } else if constexpr (std::is_same_v<S, F16>) {  // as load_pack: pairs where no NaN
+    bool nan = false;
+#pragma unroll
+    for (int j = 0; j < V; ++j) nan |= in[j] != in[j];
+    Pack<S, V> pack;
+    if (!nan) {
+      uint32_t words[V / 2];
+#pragma unroll
+      for (int j = 0; j < V / 2; ++j) {
+        const __half2 h = __floats2half2_rn(in[2 * j], in[2 * j + 1]);
+        __builtin_memcpy(&words[j], &h, sizeof(h));
+      }
+      __builtin_memcpy(&pack, words, sizeof(words));
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) pack.v[j] = from_float<S>(in[j]);
+    }
+    *reinterpret_cast<Pack<S, V>*>(p + at) = pack;
   } else {
     Pack<S, V> pack;
 #pragma unroll
