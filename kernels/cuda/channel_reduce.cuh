@@ -14,7 +14,9 @@
 //                                the coefficients of the second pass
 //   void coefficients(I c, const double* acc, float* coef)  (kApply) the coefficients alone,
 //                                without finish's writes (see channel_reduce_apply_kernel)
-//   void apply(I address, const float* coef)    the second pass, one value
+//   template <int V> void store_values(I address, const Value (&v)[V], const float* coef)
+//                                (kApply) the second pass: the results of the V adjacent values
+//                                at address (loaded as load / load_packed load them) stored
 //
 // Launch shapes: 1-D blocks over (channel, part) tasks, part p being a contiguous slice of the
 // channel's outer * inner values; or, when inner == 1 (channels are the columns of a matrix),
@@ -112,24 +114,37 @@ __device__ __forceinline__ void accumulate(const Op& op, typename Op::Local& loc
   for (; j < end; j += step) op.add(local, op.load(address(j)));
 }
 
-// Merges the accumulators of a 1-D block (power-of-two size) in a fixed tree; every thread gets
-// the total. shared: kWords * blockDim.x doubles.
+// Merges the accumulators of a warp's lanes in a fixed tree (lane l takes lane l + offset's,
+// so lower lanes come first); lane 0 gets the total. All-zero words must be merge's identity.
+template <class Op>
+__device__ __forceinline__ void warp_merge(double* acc) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    double other[Op::kWords];
+#pragma unroll
+    for (int k = 0; k < Op::kWords; ++k) other[k] = __shfl_down_sync(0xffffffffu, acc[k], offset);
+    if (lane < offset) Op::merge(acc, other);
+  }
+}
+
+// Merges the accumulators of a 1-D block (whole warps) in a fixed order: each warp's tree, then
+// warp 0 merges the warps' totals the same way; thread 0 gets the total. Two barriers, where a
+// shared-memory tree over the threads took nine (ncu, the ResNet's 7x7 batch-norm statistics on
+// an H200: 11% of the stalls sat at that tree's barriers). shared: kWords * 32 doubles.
 template <class Op>
 __device__ __forceinline__ void block_merge(double* acc, double* shared) {
-  const int t = threadIdx.x, n = blockDim.x;
-  for (int k = 0; k < Op::kWords; ++k) shared[k * n + t] = acc[k];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  warp_merge<Op>(acc);
+  if (warps == 1) return;
+  if (lane == 0)
+    for (int k = 0; k < Op::kWords; ++k) shared[k * 32 + warp] = acc[k];
   __syncthreads();
-  for (int half = n / 2; half > 0; half /= 2) {
-    if (t < half) {
-      double a[Op::kWords], b[Op::kWords];
-      for (int k = 0; k < Op::kWords; ++k) a[k] = shared[k * n + t], b[k] = shared[k * n + t + half];
-      Op::merge(a, b);
-      for (int k = 0; k < Op::kWords; ++k) shared[k * n + t] = a[k];
-    }
-    __syncthreads();
+  if (warp == 0) {
+    for (int k = 0; k < Op::kWords; ++k) acc[k] = lane < warps ? shared[k * 32 + lane] : 0.0;
+    warp_merge<Op>(acc);
   }
-  for (int k = 0; k < Op::kWords; ++k) acc[k] = shared[k * n];
-  __syncthreads();
+  __syncthreads();  // shared is free again
 }
 
 constexpr int kColumnChannels = 32, kColumnLanes = 8;
@@ -267,6 +282,45 @@ __device__ __forceinline__ void accumulate_packs(const Op& op, typename Op::Loca
   }
 }
 
+// The Values of the V adjacent values at `at` (one pack when V > 1).
+template <int V, typename I, class Op>
+__device__ __forceinline__ void load_values(const Op& op, I at, typename Op::Value (&v)[V]) {
+  if constexpr (V > 1)
+    op.template load_packed<V>(at, v);
+  else
+    v[0] = op.load(at);
+}
+
+// The second pass over units first, first + step, ... (< end) of V values each; address(k):
+// where unit k starts. kLoadBatch values (two units at least) are loaded before their results
+// are stored, so that their round trips overlap: the compiler cannot move a load above a store
+// that may alias it (y may be x), and one round trip a unit left the ResNet's 7x7 batch norms
+// (16 values a thread) latency-bound.
+template <int V, typename I, class Op, class Address>
+__device__ __forceinline__ void apply_units(const Op& op, I first, I end, I step,
+                                            const Address& address, const float* coef_in) {
+  float coef[coef_slots<Op>()];
+  for (int w = 0; w < Op::kCoefWords; ++w) coef[w] = coef_in[w];
+  constexpr int kUnits = kLoadBatch / V >= 2 ? kLoadBatch / V : 2;
+  const I span = I(kUnits - 1) * step;
+  I k = first;
+  if (end > span) {
+    for (; k < end - span; k += I(kUnits) * step) {
+      typename Op::Value v[kUnits][V];
+#pragma unroll
+      for (int u = 0; u < kUnits; ++u) load_values<V, I>(op, address(k + I(u) * step), v[u]);
+#pragma unroll
+      for (int u = 0; u < kUnits; ++u)
+        op.template store_values<V>(address(k + I(u) * step), v[u], coef);
+    }
+  }
+  for (; k < end; k += step) {
+    typename Op::Value v[V];
+    load_values<V, I>(op, address(k), v);
+    op.template store_values<V>(address(k), v, coef);
+  }
+}
+
 // V > 1: the channel's values are read in packs of V (see the top of the file). Three blocks per
 // SM (at most 85 registers, a few bytes spilled in some ops) rather than the two that batch-norm
 // statistics' 114 registers allowed: ResNet bf16 1.652 -> 1.628 ms, fp32 3.944 -> 3.910 on an H100.
@@ -296,8 +350,8 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
       if (threadIdx.x == 0) op.finish(c, acc, coef);
       if constexpr (Op::kApply) {
         __syncthreads();
-        for (I j = I(threadIdx.x); j < walk.length; j += I(kBlockThreads))
-          op.apply(walk.address(c, j), coef);
+        apply_units<V, I>(op, I(threadIdx.x), units, I(kBlockThreads),
+                          [&](I k) { return walk.address(c, k * I(V)); }, coef);
       }
       __syncthreads();  // coef is free for the next task
       continue;
@@ -322,7 +376,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
 template <typename I, class Op, int V>
 __global__ void __launch_bounds__(kBlockThreads, 3)
     channel_reduce_apply_kernel(ChannelWalk<I> walk, I parts, Op op, ReduceScratch scratch) {
-  __shared__ double shared[Op::kWords * kBlockThreads];
+  __shared__ double shared[Op::kWords * 32];  // block_merge's
   __shared__ float coef[coef_slots<Op>()];
   const I task = I(blockIdx.x), c = task / parts, part = task - c * parts;
   const I units = walk.length / I(V);  // values, or packs of V
@@ -341,8 +395,13 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
     for (int k = 0; k < Op::kWords; ++k) scratch.partials[int64_t(task) * Op::kWords + k] = acc[k];
   cooperative_groups::this_grid().sync();
   const double* p = scratch.partials + int64_t(c) * parts * Op::kWords;
-  if (parts <= I(16)) {  // one thread merges them (merge_parts loads 8 at a time)
-    if (threadIdx.x == 0) merge_parts<I, Op>(p, I(0), parts, I(1), acc);
+  if (parts <= I(32)) {  // lane l of warp 0 loads part l, warp_merge merges them
+    if (threadIdx.x < 32) {
+      const I lane = I(threadIdx.x);
+      for (int k = 0; k < Op::kWords; ++k)
+        acc[k] = lane < parts ? __ldcg(p + int64_t(lane) * Op::kWords + k) : 0.0;
+      warp_merge<Op>(acc);
+    }
   } else {  // thread t merges parts t, t + 256, ...; then a tree over the threads
     op.to_acc(op.zero(c), acc);  // nothing: merge's identity
     if (I(threadIdx.x) < parts)
@@ -358,12 +417,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
       op.coefficients(c, acc, coef);
   }
   __syncthreads();
-  for (I k = begin + I(threadIdx.x); k < end; k += I(kBlockThreads)) {
-    if constexpr (V > 1)
-      op.template apply_packed<V>(address(k), coef);
-    else
-      op.apply(address(k), coef);
-  }
+  apply_units<V, I>(op, begin + I(threadIdx.x), end, I(kBlockThreads), address, coef);
 }
 
 // inner == 1: x is [rows, channels]; blockIdx.x picks 32 channels, blockIdx.y the part of rows.
@@ -392,7 +446,8 @@ __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
     if constexpr (Op::kApply) {
       __syncthreads();
       if (active)
-        for (I r = I(y); r < rows; r += I(kColumnLanes)) op.apply(r * channels + c, coef[x]);
+        apply_units<1, I>(op, I(y), rows, I(kColumnLanes),
+                          [&](I r) { return r * channels + c; }, coef[x]);
     }
     return;
   }
@@ -413,7 +468,7 @@ __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
 }
 
 // The second pass when channels were split into parts: value i of x ([outer, channels, inner]);
-// V > 1: values [V i, V i + V) of one channel (inner a multiple of V), through op.apply_packed.
+// V > 1: values [V i, V i + V) of one channel (inner a multiple of V), in one pack.
 template <typename I, class Op, int V = 1>
 __global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
                                      Divider<I> by_channels, Op op, const float* coefficients) {
@@ -422,10 +477,9 @@ __global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
     const I c = q - by_channels.div(q) * channels;
     float coef[coef_slots<Op>()];
     for (int k = 0; k < Op::kCoefWords; ++k) coef[k] = coefficients[int64_t(c) * Op::kCoefWords + k];
-    if constexpr (V > 1)
-      op.template apply_packed<V>(i * I(V), coef);
-    else
-      op.apply(i, coef);
+    typename Op::Value v[V];
+    load_values<V, I>(op, i * I(V), v);
+    op.template store_values<V>(i * I(V), v, coef);
   }
 }
 
