@@ -27,11 +27,10 @@ __host__ __device__ __forceinline__ float to_float(float v) { return v; }
 __host__ __device__ __forceinline__ float to_float(Bf16 v) { return bf16_to_float(v.bits); }
 // Device code converts f16 with the hardware's cvt (exact one way, round to nearest even the
 // other, as core/half.h) instead of core/half.h's integer formulas, which made memory-bound f16
-// kernels compute-bound (about 1.5x slower than their bf16 twins on an H100); NaNs, where cvt
-// gives its canonical NaN, still take core/half.h's bits.
-// Both directions select the NaN's bits instead of branching to core/half.h: a branch after
-// each load kept the next load from being issued before it (fp16 7x7 batch-norm gradients, one
-// value a load, took 1.6-2.5x their bf16 time on an H100).
+// kernels compute-bound (about 1.5x slower than their bf16 twins on an H100). NaNs, where cvt
+// gives its canonical NaN, get core/half.h's bits by a select, not a branch to core/half.h: a
+// branch after each load kept the next load from being issued (fp16 7x7 batch-norm gradients,
+// one value a load, took 1.6-2.5x their bf16 time on an H100).
 __host__ __device__ __forceinline__ float to_float(F16 v) {
 #ifdef __CUDA_ARCH__
   const float f = __half2float(__ushort_as_half(v.bits));

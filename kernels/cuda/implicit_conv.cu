@@ -88,10 +88,10 @@ constexpr int kVec = 16 / int(sizeof(StorageOf<M>));  // elements per 16-byte cp
 template <typename M>
 constexpr int kStepK = 64 / int(sizeof(StorageOf<M>));
 
-// Tensor-core primitives for 16-bit operands (sm_80; BlockMma's raw path): four 8x8 matrices of
-// 16-bit elements from shared memory (lanes 8j..8j+7 give the row addresses of matrix j; .trans
-// transposes each), and D += A B on a 16x8x16 tile with float accumulation. Fragment layouts:
-// PTX ISA, "Matrix Fragments for mma.m16n8k16".
+// Tensor-core primitives of BlockMma's raw path (sm_80): four 8x8 matrices of 16-bit elements
+// from shared memory (lanes 8j..8j+7 give the row addresses of matrix j; .trans transposes each),
+// and D += A B on a 16x8x16 bf16 tile with float accumulation. Fragment layouts: PTX ISA, "Matrix
+// Fragments for mma.m16n8k16".
 __device__ __forceinline__ void load_matrices(unsigned (&r)[4], const void* row, bool transpose) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   const unsigned address = unsigned(__cvta_generic_to_shared(row));
@@ -105,20 +105,13 @@ __device__ __forceinline__ void load_matrices(unsigned (&r)[4], const void* row,
                  : "r"(address));
 #endif
 }
-template <typename M>
-__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                            unsigned b1) {
+__device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const unsigned (&a)[4],
+                                                 unsigned b0, unsigned b1) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<M, Bf16>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
 
@@ -215,8 +208,8 @@ struct BlockMma {
         load_matrices(b, row, !kBColMajor);
 #pragma unroll
         for (int i = 0; i < kFragsM; ++i) {
-          mma_16x8x16<M>(acc.f[i][2 * j], a[i], b[0], b[1]);
-          mma_16x8x16<M>(acc.f[i][2 * j + 1], a[i], b[2], b[3]);
+          mma_bf16_16x8x16(acc.f[i][2 * j], a[i], b[0], b[1]);
+          mma_bf16_16x8x16(acc.f[i][2 * j + 1], a[i], b[2], b[3]);
         }
       }
     }
