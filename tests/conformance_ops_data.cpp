@@ -275,6 +275,9 @@ TEST_CASE("conformance: sgd_update, its update (p_new - p_old) over several step
   const std::vector<ControlCase> controls = {{}, {true, 0.0f}, {false, 0.5f}, {true, 2.0f}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1200;
+    // Buffers at different offsets from a 16-byte boundary, or all at the same one (CUDA then
+    // updates packs of four between a ragged head and tail).
+    for (const bool same_offset : {false, true})
     for (int64_t n : {1, 7, 257, 100003})
       for (const SgdParams& hp : variants)
         for (const ControlCase& cc : controls) {
@@ -282,9 +285,9 @@ TEST_CASE("conformance: sgd_update, its update (p_new - p_old) over several step
           INFO("sgd n=" << n << " lr=" << hp.lr << " momentum=" << hp.momentum << " nesterov="
                         << hp.nesterov << " weight_decay=" << hp.weight_decay << " grad_scale="
                         << hp.grad_scale << " schedule=" << cc.schedule
-                        << " max_norm=" << cc.max_norm);
-          OffsetBuffer dparams(*device, random_floats(size_t(n), ++seed), 1),
-              dmomentum(*device, std::vector<float>(size_t(n), 0.0f), 2);
+                        << " max_norm=" << cc.max_norm << " same offset=" << same_offset);
+          OffsetBuffer dparams(*device, random_floats(size_t(n), ++seed), same_offset ? 3 : 1),
+              dmomentum(*device, std::vector<float>(size_t(n), 0.0f), same_offset ? 3 : 2);
           Tensor dstate = upload(*device, std::vector<uint32_t>{0, 0});
           for (uint32_t step = 0; step < 4; ++step) {
             INFO("step " << step);
@@ -322,6 +325,7 @@ TEST_CASE("conformance: adam_update, its update (p_new - p_old) at each step t r
   const std::vector<ControlCase> controls = {{}, {true, 0.0f}, {false, 0.5f}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1300;
+    for (const bool same_offset : {false, true})  // as in the sgd_update case
     for (int64_t n : {1, 7, 257, 100003})
       for (const AdamParams& hp : variants)
         for (const ControlCase& cc : controls) {
@@ -332,9 +336,11 @@ TEST_CASE("conformance: adam_update, its update (p_new - p_old) at each step t r
           INFO("adam n=" << n << " lr=" << hp.lr << " beta1=" << hp.beta1 << " beta2="
                          << hp.beta2 << " weight_decay=" << hp.weight_decay << " decoupled="
                          << hp.decoupled_weight_decay << " grad_scale=" << hp.grad_scale
-                         << " schedule=" << cc.schedule << " max_norm=" << cc.max_norm);
-          OffsetBuffer dparams(*device, random_floats(size_t(n), ++seed, -2e-3f, 2e-3f), 1),
-              dm(*device, std::vector<float>(size_t(n), 0.0f), 2),
+                         << " schedule=" << cc.schedule << " max_norm=" << cc.max_norm
+                         << " same offset=" << same_offset);
+          OffsetBuffer dparams(*device, random_floats(size_t(n), ++seed, -2e-3f, 2e-3f),
+                               same_offset ? 3 : 1),
+              dm(*device, std::vector<float>(size_t(n), 0.0f), same_offset ? 3 : 2),
               dv(*device, std::vector<float>(size_t(n), 0.0f), 3);
           std::vector<uint32_t> state = {0, 0};
           Tensor dstate = upload(*device, state);
@@ -348,7 +354,7 @@ TEST_CASE("conformance: adam_update, its update (p_new - p_old) at each step t r
             reference::adam_update(params.data(), grads.data(), m.data(), v.data(), n, hp,
                                    state.data(), control.host);
             reference::advance_step(state.data());
-            OffsetBuffer dgrads(*device, grads, 0);
+            OffsetBuffer dgrads(*device, grads, same_offset ? 3 : 0);
             device->adam_update(dparams.tensor(), dgrads.tensor(), dm.tensor(), dv.tensor(), hp,
                                 control.control, dstate);
             device->advance_step(dstate);

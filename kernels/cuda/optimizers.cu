@@ -1,7 +1,7 @@
 // CUDA optimizer updates in PyTorch's order of operations (as kernels/cpu/optimizers.cpp): the
 // step's hyper-parameters are resolved once per block by thread 0 (schedule row, clipping
 // coefficient, Adam's bias corrections in double, as Python computes them), then one
-// grid-stride loop updates the parameters.
+// grid-stride loop updates the parameters, four at a time where the buffers allow.
 #include <cmath>
 
 #include "trident/kernels/cuda/launch.cuh"
@@ -38,6 +38,47 @@ __device__ Resolved resolve(float lr, float momentum, float grad_scale,
   return r;
 }
 
+// Calls update(p[i], g[i], s0[i], s1[i]) for every i in [0, n) over the grid: packs of four
+// (16-byte accesses) where every buffer lies at the same offset from a 16-byte boundary (the
+// views of one range of the flat buffers do), the ragged ends and other cases one by one. s0
+// and s1 may be null (then update gets a dummy). The same update function either way, so the
+// results do not depend on the path.
+template <typename Update>
+__device__ __forceinline__ void for_each_parameter(float* p, const float* g, float* s0,
+                                                   float* s1, int64_t n, const Update& update) {
+  const auto offset = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) / 4) % 4; };
+  const uintptr_t o = offset(p);
+  const bool packed = offset(g) == o && (!s0 || offset(s0) == o) && (!s1 || offset(s1) == o);
+  const int64_t head = packed ? min(n, int64_t((4 - o) % 4)) : n;
+  const int64_t packs = (n - head) / 4;
+  const int64_t tail = head + 4 * packs;
+  auto one = [&](int64_t i) {
+    float pi = p[i];
+    float a = s0 ? s0[i] : 0.f, b = s1 ? s1[i] : 0.f;
+    update(pi, g[i], a, b);
+    p[i] = pi;
+    if (s0) s0[i] = a;
+    if (s1) s1[i] = b;
+  };
+  const int64_t first = first_index<int64_t>(), step = grid_step<int64_t>();
+  for (int64_t i = first; i < head; i += step) one(i);
+  for (int64_t k = first; k < packs; k += step) {
+    const int64_t i = head + 4 * k;
+    float4 pv = *reinterpret_cast<const float4*>(p + i);
+    const float4 gv = *reinterpret_cast<const float4*>(g + i);
+    float4 av = s0 ? *reinterpret_cast<const float4*>(s0 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 bv = s1 ? *reinterpret_cast<const float4*>(s1 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    update(pv.x, gv.x, av.x, bv.x);
+    update(pv.y, gv.y, av.y, bv.y);
+    update(pv.z, gv.z, av.z, bv.z);
+    update(pv.w, gv.w, av.w, bv.w);
+    *reinterpret_cast<float4*>(p + i) = pv;
+    if (s0) *reinterpret_cast<float4*>(s0 + i) = av;
+    if (s1) *reinterpret_cast<float4*>(s1 + i) = bv;
+  }
+  for (int64_t i = tail + first; i < n; i += step) one(i);
+}
+
 __global__ void sgd_kernel(float* params, const float* grads, float* momentum, int64_t n,
                            SgdParams hp, UpdateControlArgs control, const uint32_t* step_state) {
   __shared__ Resolved step;
@@ -45,15 +86,16 @@ __global__ void sgd_kernel(float* params, const float* grads, float* momentum, i
   __syncthreads();
   if (step.skip) return;
   const float lr = step.lr, mu = step.momentum, gs = step.grad_scale, wd = hp.weight_decay;
-  for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) {
-    float d = grads[i] * gs + wd * params[i];  // d_p.add(param, alpha=wd)
-    if (mu != 0.f) {
-      const float buf = mu * momentum[i] + d;  // buf.mul_(momentum).add_(d_p); starts at 0
-      momentum[i] = buf;
-      d = hp.nesterov ? d + mu * buf : buf;
-    }
-    params[i] += -lr * d;  // param.add_(d_p, alpha=-lr)
-  }
+  const bool nesterov = hp.nesterov;
+  for_each_parameter(params, grads, mu != 0.f ? momentum : nullptr, nullptr, n,
+                     [=](float& p, float g, float& buf, float&) {
+                       float d = g * gs + wd * p;  // d_p.add(param, alpha=wd)
+                       if (mu != 0.f) {
+                         buf = mu * buf + d;  // buf.mul_(momentum).add_(d_p); starts at 0
+                         d = nesterov ? d + mu * buf : buf;
+                       }
+                       p += -lr * d;  // param.add_(d_p, alpha=-lr)
+                     });
 }
 
 struct AdamStep {
@@ -85,17 +127,14 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
   if (step.skip) return;
   const AdamStep s = step;
   const float b2 = hp.beta2, one_minus_b2 = float(1.0 - double(hp.beta2)), eps = hp.eps;
-  for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) {
-    float p = params[i];
-    if (s.shrink != 1.0f) p *= s.shrink;                    // param.mul_(1 - lr * wd)
-    const float g = grads[i] * s.grad_scale + s.l2 * p;     // grad.add(param, alpha=wd)
-    const float mi = m[i] * s.beta1 + s.one_minus_beta1 * g;
-    const float vi = v[i] * b2 + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
+  for_each_parameter(params, grads, m, v, n, [=](float& p, float g_in, float& mi, float& vi) {
+    if (s.shrink != 1.0f) p *= s.shrink;                 // param.mul_(1 - lr * wd)
+    const float g = g_in * s.grad_scale + s.l2 * p;      // grad.add(param, alpha=wd)
+    mi = mi * s.beta1 + s.one_minus_beta1 * g;
+    vi = vi * b2 + one_minus_b2 * g * g;
     const float denom = sqrtf(vi) / s.bias_correction2_sqrt + eps;
-    params[i] = p + -s.step_size * (mi / denom);            // param.addcdiv_(m, denom, -step)
-  }
+    p = p + -s.step_size * (mi / denom);                 // param.addcdiv_(m, denom, -step)
+  });
 }
 
 // kernels/cpu/optimizers.cpp's update_loss_scale.
@@ -119,16 +158,16 @@ void launch_sgd_update(const KernelContext& ctx, float* params, const float* gra
                        float* momentum, int64_t n, const SgdParams& hp,
                        const UpdateControlArgs& control, const uint32_t* step_state) {
   if (n <= 0) return;
-  sgd_kernel<<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(params, grads, momentum, n, hp,
-                                                            control, step_state);
+  sgd_kernel<<<grid_for((n + 3) / 4), kBlockThreads, 0, ctx.stream>>>(params, grads, momentum,
+                                                                      n, hp, control, step_state);
 }
 
 void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
                         float* v, int64_t n, const AdamParams& hp,
                         const UpdateControlArgs& control, const uint32_t* step_state) {
   if (n <= 0) return;
-  adam_kernel<<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(params, grads, m, v, n, hp, control,
-                                                             step_state);
+  adam_kernel<<<grid_for((n + 3) / 4), kBlockThreads, 0, ctx.stream>>>(params, grads, m, v, n,
+                                                                       hp, control, step_state);
 }
 
 void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,
