@@ -64,6 +64,7 @@ void Device::copy_from_host(DeviceMemory dst, const void* host, size_t bytes) {
     throw ShapeError(info().id() + ": copy_from_host of " + std::to_string(bytes) +
                      " bytes with a null " + (dst ? "host pointer" : "device buffer"));
   invalidate_claims(dst, bytes);
+  join_beside();
   do_copy_from_host(dst, host, bytes);
 }
 
@@ -72,6 +73,7 @@ void Device::copy_to_host(void* host, DeviceMemory src, size_t bytes) {
   if (!src || !host)
     throw ShapeError(info().id() + ": copy_to_host of " + std::to_string(bytes) +
                      " bytes with a null " + (src ? "host pointer" : "device buffer"));
+  join_beside();
   do_copy_to_host(host, src, bytes);
   check_error_flag();
 }
@@ -88,15 +90,46 @@ void Device::copy_on_device(DeviceMemory dst, DeviceMemory src, size_t bytes) {
 }
 
 void Device::synchronize() {
+  join_beside();
   do_synchronize();
   check_error_flag();
 }
 
+void Device::queue_beside(const std::function<void()>& work) {
+  if (beside_)
+    throw Error(info().id() + ": queue_beside inside queue_beside (side work does not nest)");
+  if (!do_has_side_queue()) return work();
+  do_begin_beside();
+  beside_ = true;
+  beside_pending_ = true;
+  try {
+    work();
+  } catch (...) {
+    beside_ = false;
+    do_end_beside();
+    throw;
+  }
+  beside_ = false;
+  do_end_beside();
+}
+
+void Device::join_beside() {
+  if (beside_) throw Error(info().id() + ": join_beside inside queue_beside's work");
+  if (!beside_pending_) return;
+  beside_pending_ = false;
+  do_join_beside();
+}
+
 std::unique_ptr<CapturedWork> Device::capture(const std::function<void()>& step) {
   error_flag();  // allocate now: nothing may allocate while a step is being recorded
+  join_beside();
   capturing_ = true;
   try {
-    auto work = do_capture(step);
+    // A captured step must end on the main queue (a CUDA graph joins every forked stream).
+    auto work = do_capture([this, step] {  // a copy: a test device replays it later
+      step();
+      join_beside();
+    });
     capturing_ = false;
     return work;
   } catch (...) {
@@ -128,6 +161,9 @@ void Device::do_update_loss_scale(const Tensor&, const Tensor&, const LossScaleP
 }
 
 Tensor Device::scratch(DType dtype, const Shape& shape) {
+  if (beside_)  // a region handed out here could be handed out again to the main queue at once
+    throw Error(info().id() + ": an op queued beside (queue_beside) asked for scratch memory; "
+                "only elementwise ops on natively supported types may run beside");
   constexpr size_t kAlign = 256;
   const size_t bytes = (static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype) + kAlign - 1) /
                        kAlign * kAlign;

@@ -91,6 +91,23 @@ class Device {
   // memory, nor read values back.
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& step);
 
+  // ---- a second queue, for work that may run beside the rest -----------------------------------
+  // Queues the ops `work` issues on the device's side queue: they start once everything queued
+  // before this call has run and may run beside whatever is queued after it, until join_beside().
+  // The caller keeps the two apart: side work may not touch memory that main-queue work queued
+  // meanwhile reads or writes, and what it uses must live until the join. Only elementwise ops
+  // may go beside (the optimizer updates, convert, fill, scale, axpby, unary_forward): the others
+  // share the device's scratch and library handles, and throw there, as do nested calls. Where
+  // the backend has one queue (the default; has_side_queue() false) `work` runs in order.
+  // The Trainer queues each layer's optimizer update beside the backward of the layers below.
+  void queue_beside(const std::function<void()>& work);
+  // Makes the work queued after this call wait for all side work queued so far. synchronize(),
+  // the host copies and capture() join first, so side work is never left behind a read.
+  void join_beside();
+  bool has_side_queue() const { return do_has_side_queue(); }
+  // True while queue_beside's work is being queued (the op checks refuse the ops that may not).
+  bool queuing_beside() const { return beside_; }
+
   // ---- dtypes ------------------------------------------------------------------------------------
   // Whether this device holds tensors of dtype at all (float32 always; 16-bit floats when the
   // backend converts them): ops refuse float types it does not support.
@@ -330,6 +347,13 @@ class Device {
                                     const LossScaleParams& params);
   // Default: nullptr (no capture; the step runs eagerly every time).
   virtual std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step);
+  // The side queue (see queue_beside). Default: none; begin/end/join are then never called.
+  // begin: later ops go to the side queue, after all work queued so far; end: back to the main
+  // queue; join: the main queue's later work waits for the side work queued so far.
+  virtual bool do_has_side_queue() const { return false; }
+  virtual void do_begin_beside() {}
+  virtual void do_end_beside() {}
+  virtual void do_join_beside() {}
   // GEMM with bias and/or activation (args.has_epilogue()). Default: do_gemm, then
   // channel_affine for the bias, then unary_forward.
   virtual void do_gemm_fused(const GemmArgs& args);
@@ -383,6 +407,8 @@ class Device {
   std::vector<Tensor> scratch_blocks_;
   size_t scratch_used_ = 0;  // bytes handed out, across blocks in order
   bool capturing_ = false;
+  bool beside_ = false;          // queue_beside's work is being queued
+  bool beside_pending_ = false;  // side work queued since the last join
   std::mutex claims_mutex_;
   std::vector<WorkspaceClaim> claims_;
 };

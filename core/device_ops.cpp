@@ -1,6 +1,7 @@
 // The validating front of every Device op: arguments are checked here once, for every backend,
 // with messages that name the device, the op and the argument; then the backend's slot runs.
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 
@@ -19,9 +20,22 @@ bool same_shape(const Conv2dShape& a, const Conv2dShape& b) {
 }
 
 // Argument checks of one op call; every failure is a ShapeError "<device>: <op>: <problem>".
+// The ops that may be queued on a side queue (Device::queue_beside): elementwise ones, which use
+// no scratch, reduction buffers or library handles that the main queue's ops share.
+bool may_run_beside(const char* op) {
+  for (const char* allowed :
+       {"sgd_update", "adam_update", "convert", "fill", "scale", "axpby", "unary_forward"})
+    if (std::strcmp(op, allowed) == 0) return true;
+  return false;
+}
+
 class OpCheck {
  public:
-  OpCheck(const Device& device, const char* op) : device_(device), op_(op) {}
+  OpCheck(const Device& device, const char* op) : device_(device), op_(op) {
+    if (device.queuing_beside() && !may_run_beside(op))
+      throw Error(device.info().id() + ": " + op + " cannot be queued beside (queue_beside): "
+                  "only the optimizer updates, convert, fill, scale, axpby and unary_forward can");
+  }
 
   [[noreturn]] void fail(const std::string& problem) const {
     throw ShapeError(device_.info().id() + ": " + op_ + ": " + problem);

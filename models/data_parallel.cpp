@@ -94,11 +94,14 @@ class GradientAllReduce final : public SyncStrategy {
           steps.forward(0);
           if (buckets_) {
             steps.backward_all_in_buckets();
+            steps.update(0);
+          } else if (steps.alone()) {
+            steps.backward_and_update(0);
           } else {
             steps.backward(0);
-            steps.sum_gradients();  // a no-op for a single replica of a single process
+            steps.sum_gradients();
+            steps.update(0);
           }
-          steps.update(0);
         }, capture_);
         return;
       case AllReducePlan::per_replica:
@@ -148,8 +151,7 @@ class ModelAveraging final : public SyncStrategy {
     workers.run([&](size_t i) {
       steps.run_step(i, [&steps, i] {
         steps.forward(i);
-        steps.backward(i);
-        steps.update(i);
+        steps.backward_and_update(i);
       }, capture_);
     });
     if ((global_step + 1) % every_ == 0) steps.average_weights();

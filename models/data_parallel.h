@@ -53,6 +53,12 @@ class ReplicaSteps {
   virtual void backward_all_in_buckets() = 0;
   // The optimizer step of replica i (it advances the replica's step counters).
   virtual void update(size_t i) = 0;
+  // backward(i) then update(i), for steps with no gradient sum between them (one replica in
+  // the whole run, or model averaging): where it can, each bucket of finished gradients is
+  // updated beside the backward of the layers below it (Device::queue_beside).
+  virtual void backward_and_update(size_t i) = 0;
+  // True when one replica trains in the whole run (this process, one device): no sums.
+  virtual bool alone() const = 0;
   // The sum of every replica's gradient buffer (all processes), from one thread.
   virtual void sum_gradients() = 0;
   // Replica i's part of the gradient sum, from replica i's thread (a per-device collective).

@@ -58,11 +58,38 @@ void Optimizer::enable_loss_scaling(float initial_scale, const LossScaleParams& 
 
 void Optimizer::step(const StepContext& ctx, float grad_scale) {
   if (!network_) throw Error("Optimizer::step before attach");
-  Device& d = *ctx.device;
-  const Tensor& params = network_->parameters();
   const Tensor& grads = network_->gradients();
   if (control_.grad_sumsq.defined())  // the global norm, before the update reads it
-    d.channel_sums(grads, grads, control_.grad_sumsq, 1, 1, grads.numel(), 0.0f);
+    ctx.device->channel_sums(grads, grads, control_.grad_sumsq, 1, 1, grads.numel(), 0.0f);
+  update(ctx, network_->parameters(), grads, state0_, state1_, grad_scale);
+  if (loss_scale_state_.defined())
+    ctx.device->update_loss_scale(loss_scale_state_, control_.grad_sumsq, loss_scale_params_);
+  ctx.device->advance_step(ctx.step_state);
+}
+
+void Optimizer::update_range(const StepContext& ctx, int64_t begin, int64_t count,
+                             float grad_scale) {
+  if (!network_) throw Error("Optimizer::update_range before attach");
+  if (!updates_by_range())
+    throw Error("Optimizer::update_range with gradient clipping or loss scaling (use step())");
+  const int64_t n = network_->parameter_count();
+  if (begin < 0 || count < 0 || begin > n || count > n - begin)
+    throw Error("Optimizer::update_range [" + std::to_string(begin) + ", +" +
+                std::to_string(count) + ") outside the " + std::to_string(n) + " parameters");
+  if (count == 0) return;
+  auto range = [&](const Tensor& t) { return t.defined() ? t.view(begin, {count}) : Tensor(); };
+  update(ctx, range(network_->parameters()), range(network_->gradients()), range(state0_),
+         range(state1_), grad_scale);
+}
+
+void Optimizer::finish_step(const StepContext& ctx) {
+  if (!network_) throw Error("Optimizer::finish_step before attach");
+  ctx.device->advance_step(ctx.step_state);
+}
+
+void Optimizer::update(const StepContext& ctx, const Tensor& params, const Tensor& grads,
+                       const Tensor& state0, const Tensor& state1, float grad_scale) {
+  Device& d = *ctx.device;
   if (config_.kind == "sgd") {
     SgdParams hp;
     hp.lr = config_.lr;
@@ -70,7 +97,7 @@ void Optimizer::step(const StepContext& ctx, float grad_scale) {
     hp.weight_decay = config_.weight_decay;
     hp.nesterov = config_.nesterov;
     hp.grad_scale = grad_scale;
-    d.sgd_update(params, grads, state0_, hp, control_, ctx.step_state);
+    d.sgd_update(params, grads, state0, hp, control_, ctx.step_state);
   } else {
     AdamParams hp;
     hp.lr = config_.lr;
@@ -80,11 +107,8 @@ void Optimizer::step(const StepContext& ctx, float grad_scale) {
     hp.weight_decay = config_.weight_decay;
     hp.decoupled_weight_decay = config_.kind == "adamw";
     hp.grad_scale = grad_scale;
-    d.adam_update(params, grads, state0_, state1_, hp, control_, ctx.step_state);
+    d.adam_update(params, grads, state0, state1, hp, control_, ctx.step_state);
   }
-  if (loss_scale_state_.defined())
-    d.update_loss_scale(loss_scale_state_, control_.grad_sumsq, loss_scale_params_);
-  d.advance_step(ctx.step_state);
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {

@@ -43,12 +43,23 @@ class Optimizer {
   const Tensor& loss_scale() const { return control_.loss_scale; }  // f32 [1]; undefined: off
   const Tensor& loss_scale_state() const { return loss_scale_state_; }  // f32 [2]: scale, clean steps
   // params -= update(gradients * grad_scale), clipped and scheduled; then step_state advances.
-  // Allocates nothing (capturable).
+  // Allocates nothing (capturable). The same as update_range over all parameters + finish_step.
   void step(const StepContext& ctx, float grad_scale = 1.0f);
+  // A step in pieces, so that each range can be updated as soon as its gradients are final
+  // (the Trainer queues them beside the rest of backward, Device::queue_beside): every
+  // parameter in exactly one update_range call, then finish_step once. Only where
+  // updates_by_range(): gradient clipping and fp16 loss scaling need every gradient first.
+  bool updates_by_range() const { return !control_.grad_sumsq.defined(); }
+  void update_range(const StepContext& ctx, int64_t begin, int64_t count, float grad_scale = 1.0f);
+  void finish_step(const StepContext& ctx);
   // The state tensors, named as PyTorch's optimizer state ("momentum_buffer", "exp_avg", ...).
   std::vector<std::pair<std::string, Tensor>> state() const;
 
  private:
+  // The update of one range (views of the same range of every buffer).
+  void update(const StepContext& ctx, const Tensor& params, const Tensor& grads,
+              const Tensor& state0, const Tensor& state1, float grad_scale);
+
   OptimizerConfig config_;
   Network* network_ = nullptr;
   Tensor state0_, state1_;  // momentum (SGD) or exp_avg, exp_avg_sq (Adam)

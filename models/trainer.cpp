@@ -197,8 +197,8 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     throw UsageError("the nll loss needs a model ending in LogSoftmax; use cross_entropy");
   upload_schedule();
   collective_ = options_.collective ? options_.collective(devices) : make_collective(devices);
-  overlap_ = options_.overlap && env_flag("TRIDENT_OVERLAP", true) && collective_->overlaps() &&
-             n > 1 && options_.average_every <= 0;
+  update_beside_ = options_.overlap && env_flag("TRIDENT_OVERLAP", true);
+  overlap_ = update_beside_ && collective_->overlaps() && n > 1 && options_.average_every <= 0;
   bucket_bytes_ = options_.bucket_bytes > 0
                       ? options_.bucket_bytes
                       : env_int("TRIDENT_BUCKET_MB", 16, 1, 1 << 20) * (int64_t(1) << 20);
@@ -529,6 +529,26 @@ void Trainer::update(size_t i) {
   r.optimizer->step(r.context(true, 0, options_.seed), 1.0f);
 }
 
+void Trainer::backward_and_update(size_t i) {
+  Replica& r = *replicas_[i];
+  const bool beside = update_beside_ && r.device->has_side_queue() &&
+                      r.optimizer->updates_by_range() &&
+                      r.net.parameter_count() * int64_t(sizeof(float)) > bucket_bytes_;
+  if (!beside) {  // one bucket at most: nothing would run beside
+    backward(i);
+    update(i);
+    return;
+  }
+  const StepContext ctx = r.context(true, 0, options_.seed);
+  // Each bucket once the input gradient of its lowest layer is queued: that reads the layer's
+  // weights, which the update overwrites.
+  backward_in_buckets_of({i}, [&](int64_t begin, int64_t count) {
+    r.device->queue_beside([&] { r.optimizer->update_range(ctx, begin, count); });
+  }, true);
+  r.device->join_beside();
+  r.optimizer->finish_step(ctx);
+}
+
 void Trainer::sum_gradients() {
   if (replica_count_ == 1) return;
   std::vector<DeviceMemory> grads;
@@ -562,7 +582,8 @@ void Trainer::run_step(size_t i, const std::function<void()>& step, bool capture
 // layer order, so the finished gradients are always the buffer's tail [begin of the last layer
 // done, count): a bucket is its part not yet started.
 void Trainer::backward_in_buckets_of(const std::vector<size_t>& which,
-                                     const std::function<void(int64_t, int64_t)>& start) {
+                                     const std::function<void(int64_t, int64_t)>& start,
+                                     bool after_input) {
   const Network& first = replicas_[which.front()]->net;
   std::vector<StepContext> contexts;
   for (size_t k : which)
@@ -571,15 +592,20 @@ void Trainer::backward_in_buckets_of(const std::vector<size_t>& which,
   for (size_t i = first.layer_count(); i-- > 0;) {
     for (size_t j = 0; j < which.size(); ++j)
       replicas_[which[j]]->net.backward_layer_parameters(contexts[j], i);
+    // dx of layer i: queued after the bucket's start (so that the sum runs beside it), unless
+    // the bucket's work writes what dx reads (after_input).
+    if (after_input)
+      for (size_t j = 0; j < which.size(); ++j)
+        replicas_[which[j]]->net.backward_layer_input(contexts[j], i);
     const int64_t begin = first.layer_parameters(i).begin;
     const int64_t count = unsummed_end - begin;
     if (count > 0 && (count * int64_t(sizeof(float)) >= bucket_bytes_ || i == 0)) {
       start(begin, count);
       unsummed_end = begin;
     }
-    // dx of layer i: queued after the bucket's start, so the sum runs beside it.
-    for (size_t j = 0; j < which.size(); ++j)
-      replicas_[which[j]]->net.backward_layer_input(contexts[j], i);
+    if (!after_input)
+      for (size_t j = 0; j < which.size(); ++j)
+        replicas_[which[j]]->net.backward_layer_input(contexts[j], i);
   }
 }
 

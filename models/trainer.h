@@ -57,10 +57,13 @@ struct TrainOptions {
   // and `collective` (when set) sums over all of them instead of make_collective(devices).
   int64_t process_count = 1, process_rank = 0;
   std::function<std::unique_ptr<Collective>(const std::vector<Device*>&)> collective;
-  // Where the collective runs beside the compute (Collective::overlaps(): NCCL), the gradient
-  // sum is started in buckets during backward: a bucket starts once it holds bucket_bytes of
-  // finished gradients (0: TRIDENT_BUCKET_MB if set, else 16 MiB), the rest at the first layer.
-  // overlap = false (or TRIDENT_OVERLAP=0) sums once after backward, for comparison.
+  // Work on finished gradients runs beside the rest of backward, in buckets: a bucket closes
+  // once it holds bucket_bytes of gradients (0: TRIDENT_BUCKET_MB if set, else 16 MiB), the
+  // rest at the first layer. With several devices, where the collective runs beside the compute
+  // (Collective::overlaps(): NCCL), each bucket's gradient sum is started then; with one device
+  // (or model averaging), where the device has a side queue (CUDA) and the optimizer updates by
+  // range (no clipping, no fp16 loss scaling), each bucket's optimizer update is queued beside.
+  // overlap = false (or TRIDENT_OVERLAP=0) sums and updates after backward, for comparison.
   bool overlap = true;
   int64_t bucket_bytes = 0;
   // How the global batch is split over this process's devices: empty, evenly; else one positive
@@ -158,6 +161,8 @@ class Trainer : private ReplicaSteps {
   void backward_all_in_buckets() override;
   void backward_in_buckets(size_t i) override;
   void update(size_t i) override;
+  void backward_and_update(size_t i) override;
+  bool alone() const override { return replica_count_ == 1; }
   void sum_gradients() override;
   void sum_gradients_of(size_t i) override;
   void average_weights() override;
@@ -165,7 +170,8 @@ class Trainer : private ReplicaSteps {
   // Backward of the replicas `which`, start(begin, count) called for each bucket of finished
   // gradients (see trainer.cpp).
   void backward_in_buckets_of(const std::vector<size_t>& which,
-                              const std::function<void(int64_t, int64_t)>& start);
+                              const std::function<void(int64_t, int64_t)>& start,
+                              bool after_input = false);
   DeviceMemory gradients_from(size_t replica, int64_t begin) const;  // gradient buffer at begin
 
   TrainOptions options_;
@@ -180,6 +186,7 @@ class Trainer : private ReplicaSteps {
   std::unique_ptr<SyncStrategy> strategy_;
   std::unique_ptr<ReplicaWorkers> workers_;
   bool overlap_ = false;          // gradient sums in buckets during backward
+  bool update_beside_ = false;    // TrainOptions::overlap for optimizer updates (one replica)
   int64_t bucket_bytes_ = 0;
   int64_t replica_count_ = 1;  // replicas in all processes
   int64_t train_count_ = 0, test_count_ = 0;

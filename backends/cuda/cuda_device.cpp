@@ -45,8 +45,17 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     : info_(std::move(info)), ordinal_(ordinal), tf32_(tf32) {
   make_current();
   try {
-    TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), ordinal_);
-    gemm_ = std::make_unique<CublasGemm>(ordinal_, stream_, tf32_);
+    // Side work (optimizer updates beside backward) yields the SMs to the main stream's kernels.
+    int least = 0, greatest = 0;
+    TRIDENT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), ordinal_);
+    TRIDENT_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&main_stream_, cudaStreamNonBlocking, greatest), ordinal_);
+    TRIDENT_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking, least), ordinal_);
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), ordinal_);
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), ordinal_);
+    stream_ = main_stream_;
+    gemm_ = std::make_unique<CublasGemm>(ordinal_, main_stream_, tf32_);
     implicit_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true) && implicit_conv_available();
     int cooperative = 0;
     TRIDENT_CUDA_CHECK(
@@ -54,21 +63,28 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     cooperative_launch_ = cooperative != 0 && env_flag("TRIDENT_CUDA_COOPERATIVE", true);
     const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
     const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
-    const size_t bytes = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);
-    TRIDENT_CUDA_CHECK(cudaMalloc(&scratch_memory_, bytes), ordinal_);
-    TRIDENT_CUDA_CHECK(cudaMemset(scratch_memory_, 0, bytes), ordinal_);  // the counter starts at 0
+    const size_t one = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);
+    TRIDENT_CUDA_CHECK(cudaMalloc(&scratch_memory_, 2 * one), ordinal_);
+    TRIDENT_CUDA_CHECK(cudaMemset(scratch_memory_, 0, 2 * one), ordinal_);  // counters start at 0
     TRIDENT_CUDA_CHECK(cudaDeviceSynchronize(), ordinal_);
-    char* base = static_cast<char*>(scratch_memory_);
-    scratch_.partials = reinterpret_cast<double*>(base);
-    scratch_.partial_words = kPartialWords;
-    scratch_.coefficients = reinterpret_cast<float*>(base + partial_bytes);
-    scratch_.coefficient_words = kCoefficientWords;
-    scratch_.counter = reinterpret_cast<unsigned int*>(base + partial_bytes + coefficient_bytes);
-    scratch_.counter_words = kCounterWords;
+    for (int k = 0; k < 2; ++k) {
+      char* base = static_cast<char*>(scratch_memory_) + k * one;
+      ReduceScratch& r = k == 0 ? main_scratch_ : side_scratch_;
+      r.partials = reinterpret_cast<double*>(base);
+      r.partial_words = kPartialWords;
+      r.coefficients = reinterpret_cast<float*>(base + partial_bytes);
+      r.coefficient_words = kCoefficientWords;
+      r.counter = reinterpret_cast<unsigned int*>(base + partial_bytes + coefficient_bytes);
+      r.counter_words = kCounterWords;
+    }
+    scratch_ = main_scratch_;
   } catch (...) {
     gemm_.reset();
     if (scratch_memory_) cudaFree(scratch_memory_);
-    if (stream_) cudaStreamDestroy(stream_);
+    if (fork_event_) cudaEventDestroy(fork_event_);
+    if (join_event_) cudaEventDestroy(join_event_);
+    if (side_stream_) cudaStreamDestroy(side_stream_);
+    if (main_stream_) cudaStreamDestroy(main_stream_);
     throw;
   }
 }
@@ -76,10 +92,15 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
 CudaDevice::~CudaDevice() {
   release_pool();
   make_current();
-  cudaStreamSynchronize(stream_);  // errors are moot now; everything below is released anyway
+  // Errors are moot now; everything below is released anyway.
+  cudaStreamSynchronize(side_stream_);
+  cudaStreamSynchronize(main_stream_);
   gemm_.reset();
   cudaFree(scratch_memory_);
-  cudaStreamDestroy(stream_);
+  cudaEventDestroy(fork_event_);
+  cudaEventDestroy(join_event_);
+  cudaStreamDestroy(side_stream_);
+  cudaStreamDestroy(main_stream_);
   (void)cudaGetLastError();
 }
 
@@ -129,7 +150,8 @@ void CudaDevice::do_free(void* handle) noexcept {
   // The block may still be used by queued work: wait for it first (cudaFree would wait for the
   // whole device anyway). Errors cannot be thrown from here; they are reported, not ignored.
   cudaError_t status = cudaSetDevice(ordinal_);
-  if (status == cudaSuccess) status = cudaStreamSynchronize(stream_);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(side_stream_);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(main_stream_);
   const cudaError_t freed = cudaFree(handle);
   if (status == cudaSuccess) status = freed;
   if (status != cudaSuccess) {
@@ -205,6 +227,27 @@ void CudaDevice::do_synchronize() {
   TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_), ordinal_);
 }
 
+// ---- the side stream -----------------------------------------------------------------------
+
+void CudaDevice::do_begin_beside() {
+  make_current();
+  TRIDENT_CUDA_CHECK(cudaEventRecord(fork_event_, main_stream_), ordinal_);
+  TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0), ordinal_);
+  stream_ = side_stream_;
+  scratch_ = side_scratch_;
+}
+
+void CudaDevice::do_end_beside() {
+  stream_ = main_stream_;
+  scratch_ = main_scratch_;
+}
+
+void CudaDevice::do_join_beside() {
+  make_current();
+  TRIDENT_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_), ordinal_);
+  TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(main_stream_, join_event_, 0), ordinal_);
+}
+
 // ---- capture ------------------------------------------------------------------------------
 
 std::unique_ptr<CapturedWork> CudaDevice::do_capture(const std::function<void()>& step) {
@@ -225,7 +268,9 @@ std::unique_ptr<CapturedWork> CudaDevice::do_capture(const std::function<void()>
   if (failure.empty() && graph == nullptr) failure = "the capture produced no graph";
   cudaGraphExec_t exec = nullptr;
   if (failure.empty()) {
-    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    // Kernels keep the priority of the stream they were captured on (side work stays behind).
+    const cudaError_t made =
+        cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     if (made != cudaSuccess) failure = "cudaGraphInstantiate: " + describe_status(made);
   }
   if (graph) cudaGraphDestroy(graph);

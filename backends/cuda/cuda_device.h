@@ -25,8 +25,8 @@ class CudaDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
 
   // For the NCCL collective (backends/cuda/nccl_collective.cpp): every op of this device is
-  // queued on stream(); ordinal() is the CUDA device number to cudaSetDevice.
-  cudaStream_t stream() const { return stream_; }
+  // queued on stream() (but queue_beside's work); ordinal() is the CUDA device number.
+  cudaStream_t stream() const { return main_stream_; }
   int ordinal() const { return ordinal_; }
   bool tf32_enabled() const { return tf32_; }
   // Makes this device current on the calling thread (several threads drive several devices).
@@ -46,6 +46,12 @@ class CudaDevice final : public Device {
   void do_convert(const Tensor& src, const Tensor& dst) override;
   void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) override;
   std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override;
+  // queue_beside: a second stream of lower priority with its own reduction scratch, forked
+  // from and joined to the main one by events (both recordable inside a graph capture).
+  bool do_has_side_queue() const override { return true; }
+  void do_begin_beside() override;
+  void do_end_beside() override;
+  void do_join_beside() override;
 
   // ---- ops_gemm.cpp
   void do_gemm(const GemmArgs& args) override;
@@ -142,10 +148,14 @@ class CudaDevice final : public Device {
   // default on, and sm_80 code in the binary); otherwise im2col + cuBLAS.
   bool implicit_conv_ = false;
   bool cooperative_launch_ = false;  // TRIDENT_CUDA_COOPERATIVE (on) and the device allows it
+  // The stream ops are queued on: main_stream_, or side_stream_ while queue_beside's work is
+  // being queued (scratch_ then the side stream's own reduction scratch).
   cudaStream_t stream_ = nullptr;
+  cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   std::unique_ptr<CublasGemm> gemm_;
-  void* scratch_memory_ = nullptr;  // ReduceScratch's buffers, allocated once
-  ReduceScratch scratch_;
+  void* scratch_memory_ = nullptr;  // both streams' ReduceScratch buffers, allocated once
+  ReduceScratch scratch_, main_scratch_, side_scratch_;
 };
 
 // The device address of a DeviceMemory (handle plus byte offset); nullptr for a null handle.
