@@ -135,6 +135,22 @@ void Device::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
   defaults::scale(*this, x, factor, y);
 }
 
+void Device::do_sgd_update_with_copy(const Tensor& params, const Tensor& grads,
+                                     const Tensor& momentum, const SgdParams& hp,
+                                     const UpdateControl& control, const Tensor& step_state,
+                                     const Tensor& compute_copy) {
+  do_sgd_update(params, grads, momentum, hp, control, step_state);
+  convert(params, compute_copy);
+}
+
+void Device::do_adam_update_with_copy(const Tensor& params, const Tensor& grads, const Tensor& m,
+                                      const Tensor& v, const AdamParams& hp,
+                                      const UpdateControl& control, const Tensor& step_state,
+                                      const Tensor& compute_copy) {
+  do_adam_update(params, grads, m, v, hp, control, step_state);
+  convert(params, compute_copy);
+}
+
 size_t Device::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   return defaults::conv2d_workspace_bytes(s);
 }

@@ -248,12 +248,16 @@ class Device {
 
   // ---- optimizer updates, one launch over a whole flat parameter buffer -----------------------
   // See SgdParams; momentum may be undefined when hp.momentum == 0 and there is no schedule.
+  // compute_copy (optional, f16 or bf16, params' count): after the update it holds the params
+  // rounded to its type, as convert() would write them (the compute-type weights of a 16-bit
+  // run, written while the params are at hand instead of in a pass of their own).
   void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
-                  const SgdParams& hp, const UpdateControl& control, const Tensor& step_state);
-  // See AdamParams.
+                  const SgdParams& hp, const UpdateControl& control, const Tensor& step_state,
+                  const Tensor& compute_copy = Tensor());
+  // See AdamParams; compute_copy as for sgd_update.
   void adam_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                    const AdamParams& hp, const UpdateControl& control,
-                   const Tensor& step_state);
+                   const Tensor& step_state, const Tensor& compute_copy = Tensor());
   // Dynamic loss scaling after a step: see LossScaleParams. state f32 [2], grad_sumsq f32 [1].
   void update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
                          const LossScaleParams& params);
@@ -333,6 +337,16 @@ class Device {
                               const UpdateControl& control, const Tensor& step_state) = 0;
 
   // ---- optional slots (defaults in core/default_ops.cpp) -----------------------------------------
+  // The updates with a compute copy (sgd_update's compute_copy). Default: the update, then
+  // convert(params, compute_copy).
+  virtual void do_sgd_update_with_copy(const Tensor& params, const Tensor& grads,
+                                       const Tensor& momentum, const SgdParams& hp,
+                                       const UpdateControl& control, const Tensor& step_state,
+                                       const Tensor& compute_copy);
+  virtual void do_adam_update_with_copy(const Tensor& params, const Tensor& grads, const Tensor& m,
+                                        const Tensor& v, const AdamParams& hp,
+                                        const UpdateControl& control, const Tensor& step_state,
+                                        const Tensor& compute_copy);
   // 16-bit support: dtype conversion (the default: none, so the device holds only float32), and
   // the families computed natively (the default: none; the front stages the rest).
   virtual void do_convert(const Tensor& src, const Tensor& dst);

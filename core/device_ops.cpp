@@ -964,9 +964,25 @@ void Device::advance_step(const Tensor& step_state) {
 
 // ---- optimizer updates ---------------------------------------------------------------------------
 
+// The optional compute copy of an optimizer update: a 16-bit tensor of the params' count that
+// this device holds, apart from every other operand.
+void check_compute_copy(const OpCheck& check, const Device& device, const Tensor& copy,
+                        const Tensor& params, std::initializer_list<const Tensor*> others) {
+  if (!copy.defined()) return;
+  check.here("compute_copy", copy);
+  check.require(is_half(copy.dtype()) && device.supports(copy.dtype()),
+                std::string("compute_copy is ") + dtype_name(copy.dtype()) +
+                    ", expected F16 or BF16 that this device holds");
+  check.require(copy.numel() == params.numel(),
+                "compute_copy has " + std::to_string(copy.numel()) + " elements, params " +
+                    std::to_string(params.numel()));
+  check.disjoint("compute_copy", copy, "params", params);
+  for (const Tensor* other : others) check.disjoint("compute_copy", copy, "a state buffer", *other);
+}
+
 void Device::sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
                         const SgdParams& hp, const UpdateControl& control,
-                        const Tensor& step_state) {
+                        const Tensor& step_state, const Tensor& compute_copy) {
   OpCheck check(*this, "sgd_update");
   check.here("params", params);
   check.dtype("params", params, DType::f32);
@@ -981,14 +997,18 @@ void Device::sgd_update(const Tensor& params, const Tensor& grads, const Tensor&
   check.disjoint("params", params, "grads", grads);
   check.disjoint("params", params, "momentum", momentum);
   check.disjoint("grads", grads, "momentum", momentum);
+  check_compute_copy(check, *this, compute_copy, params, {&grads, &momentum});
   invalidate_claims(params);
   invalidate_claims(momentum);
-  if (n > 0) do_sgd_update(params, grads, momentum, hp, control, step_state);
+  if (n == 0) return;
+  if (!compute_copy.defined()) return do_sgd_update(params, grads, momentum, hp, control, step_state);
+  invalidate_claims(compute_copy);
+  do_sgd_update_with_copy(params, grads, momentum, hp, control, step_state, compute_copy);
 }
 
 void Device::adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
                          const Tensor& v, const AdamParams& hp, const UpdateControl& control,
-                         const Tensor& step_state) {
+                         const Tensor& step_state, const Tensor& compute_copy) {
   OpCheck check(*this, "adam_update");
   check.here("params", params);
   check.dtype("params", params, DType::f32);
@@ -1004,10 +1024,14 @@ void Device::adam_update(const Tensor& params, const Tensor& grads, const Tensor
   check.disjoint("params", params, "m", m);
   check.disjoint("params", params, "v", v);
   check.disjoint("m", m, "v", v);
+  check_compute_copy(check, *this, compute_copy, params, {&grads, &m, &v});
   invalidate_claims(params);
   invalidate_claims(m);
   invalidate_claims(v);
-  if (n > 0) do_adam_update(params, grads, m, v, hp, control, step_state);
+  if (n == 0) return;
+  if (!compute_copy.defined()) return do_adam_update(params, grads, m, v, hp, control, step_state);
+  invalidate_claims(compute_copy);
+  do_adam_update_with_copy(params, grads, m, v, hp, control, step_state, compute_copy);
 }
 
 void Device::update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,

@@ -161,6 +161,7 @@ void Trainer::load_checkpoint(const std::string& path) {
                                                       grad_scaler->bytes.size());
     r->captured.reset();  // buffers are the same, but replay after a load is re-recorded anyway
     r->capture_tried = false;
+    r->compute_current = false;
   }
   options_.seed = seed;
   epochs_done_ = epoch;

@@ -21,6 +21,10 @@ struct StepContext {
   uint64_t seed = 0;         // the run's seed (dropout keys)
   int64_t sample_offset = 0; // index of this batch's first sample in the global batch, so that
                              // N replicas draw the same dropout masks as one device would
+  // The caller knows that the network's compute-type weights (16-bit runs) already equal its
+  // float32 masters, so that a forward need not convert them (the Trainer, whose optimizer
+  // writes them with each update: see Network::compute_parameters). Default: convert.
+  bool compute_parameters_current = false;
 };
 
 // How a parameter starts: uniform(-bound, bound) (PyTorch's default for Linear and Conv2d

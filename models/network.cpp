@@ -195,11 +195,15 @@ const Tensor& Network::run(const StepContext& ctx, const Tensor& input, size_t c
                      dtype_name(input.dtype()) + " (input_buffer() has the right type)");
   if (ctx.training) require_trainable("a training forward");
   // The compute-type weights follow the float32 masters the optimizer (or a load) changed.
-  if (compute_params_.defined()) ctx.device->convert(params_, compute_params_);
+  if (!ctx.compute_parameters_current) refresh_compute_parameters(ctx);
   last_input_ = input;
   head_fused_ = false;
   have_forward_ = true;
   return root_.forward_children(ctx, input, count);
+}
+
+void Network::refresh_compute_parameters(const StepContext& ctx) {
+  if (compute_params_.defined()) ctx.device->convert(params_, compute_params_);
 }
 
 bool Network::ends_with_log_softmax() const {

@@ -107,6 +107,11 @@ class Network {
   const Tensor& parameters() const { return params_; }  // flat [parameter_count]
   const Tensor& gradients() const { return grads_; }    // same layout (undefined: inference)
   const Tensor& buffers() const { return buffers_; }    // flat running statistics (may be empty)
+  // The compute-type copy of parameters() in a 16-bit run (undefined in fp32 and tf32): what the
+  // layers multiply with. A forward converts it from the masters first unless its StepContext
+  // says it is current (compute_parameters_current); refresh_compute_parameters converts now.
+  const Tensor& compute_parameters() const { return compute_params_; }
+  void refresh_compute_parameters(const StepContext& ctx);
   // PyTorch's batch-norm counters: one per batch norm, all equal to the training forwards run
   // (set by the Trainer from its step count; read and written with the state dict).
   const std::vector<std::string>& batchnorm_names() const { return batchnorm_names_; }

@@ -1,4 +1,5 @@
-// SGD, Adam and AdamW, each one device launch per step (plus one reduction when clipping).
+// SGD, Adam and AdamW, each one device launch per step (plus one reduction when clipping), which
+// also writes the network's 16-bit compute copy of the weights in 16-bit runs.
 #include "trident/models/optimizer.h"
 
 #include <cmath>
@@ -61,7 +62,8 @@ void Optimizer::step(const StepContext& ctx, float grad_scale) {
   const Tensor& grads = network_->gradients();
   if (control_.grad_sumsq.defined())  // the global norm, before the update reads it
     ctx.device->channel_sums(grads, grads, control_.grad_sumsq, 1, 1, grads.numel(), 0.0f);
-  update(ctx, network_->parameters(), grads, state0_, state1_, grad_scale);
+  update(ctx, network_->parameters(), grads, state0_, state1_, network_->compute_parameters(),
+         grad_scale);
   if (loss_scale_state_.defined())
     ctx.device->update_loss_scale(loss_scale_state_, control_.grad_sumsq, loss_scale_params_);
   ctx.device->advance_step(ctx.step_state);
@@ -79,7 +81,7 @@ void Optimizer::update_range(const StepContext& ctx, int64_t begin, int64_t coun
   if (count == 0) return;
   auto range = [&](const Tensor& t) { return t.defined() ? t.view(begin, {count}) : Tensor(); };
   update(ctx, range(network_->parameters()), range(network_->gradients()), range(state0_),
-         range(state1_), grad_scale);
+         range(state1_), range(network_->compute_parameters()), grad_scale);
 }
 
 void Optimizer::finish_step(const StepContext& ctx) {
@@ -88,7 +90,8 @@ void Optimizer::finish_step(const StepContext& ctx) {
 }
 
 void Optimizer::update(const StepContext& ctx, const Tensor& params, const Tensor& grads,
-                       const Tensor& state0, const Tensor& state1, float grad_scale) {
+                       const Tensor& state0, const Tensor& state1, const Tensor& compute_copy,
+                       float grad_scale) {
   Device& d = *ctx.device;
   if (config_.kind == "sgd") {
     SgdParams hp;
@@ -97,7 +100,7 @@ void Optimizer::update(const StepContext& ctx, const Tensor& params, const Tenso
     hp.weight_decay = config_.weight_decay;
     hp.nesterov = config_.nesterov;
     hp.grad_scale = grad_scale;
-    d.sgd_update(params, grads, state0, hp, control_, ctx.step_state);
+    d.sgd_update(params, grads, state0, hp, control_, ctx.step_state, compute_copy);
   } else {
     AdamParams hp;
     hp.lr = config_.lr;
@@ -107,7 +110,7 @@ void Optimizer::update(const StepContext& ctx, const Tensor& params, const Tenso
     hp.weight_decay = config_.weight_decay;
     hp.decoupled_weight_decay = config_.kind == "adamw";
     hp.grad_scale = grad_scale;
-    d.adam_update(params, grads, state0, state1, hp, control_, ctx.step_state);
+    d.adam_update(params, grads, state0, state1, hp, control_, ctx.step_state, compute_copy);
   }
 }
 

@@ -43,7 +43,9 @@ class Optimizer {
   const Tensor& loss_scale() const { return control_.loss_scale; }  // f32 [1]; undefined: off
   const Tensor& loss_scale_state() const { return loss_scale_state_; }  // f32 [2]: scale, clean steps
   // params -= update(gradients * grad_scale), clipped and scheduled; then step_state advances.
-  // Allocates nothing (capturable). The same as update_range over all parameters + finish_step.
+  // In a 16-bit run the network's compute copy (Network::compute_parameters) is written from
+  // the updated params as well. Allocates nothing (capturable). The same as update_range over
+  // all parameters + finish_step.
   void step(const StepContext& ctx, float grad_scale = 1.0f);
   // A step in pieces, so that each range can be updated as soon as its gradients are final
   // (the Trainer queues them beside the rest of backward, Device::queue_beside): every
@@ -58,7 +60,8 @@ class Optimizer {
  private:
   // The update of one range (views of the same range of every buffer).
   void update(const StepContext& ctx, const Tensor& params, const Tensor& grads,
-              const Tensor& state0, const Tensor& state1, float grad_scale);
+              const Tensor& state0, const Tensor& state1, const Tensor& compute_copy,
+              float grad_scale);
 
   OptimizerConfig config_;
   Network* network_ = nullptr;

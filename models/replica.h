@@ -32,6 +32,11 @@ struct Trainer::Replica {
   Tensor labels;        // int32 [batch]
   std::unique_ptr<CapturedWork> captured;
   bool capture_tried = false;
+  // net's 16-bit compute copy equals its float32 masters: the optimizer writes both, so a step's
+  // forward need not convert. Cleared by whatever else may write the masters (a load, model
+  // averaging, Trainer::network()); run_step then converts before the step (a replayed step
+  // cannot: its forward was recorded without the conversion).
+  bool compute_current = false;
   StepContext context(bool training, int64_t sample_offset, uint64_t seed) const {
     StepContext ctx;
     ctx.device = device;

@@ -455,7 +455,10 @@ Trainer::~Trainer() {
 
 int64_t Trainer::steps_per_epoch() const { return train_count_ / options_.batch; }
 
-Network& Trainer::network() { return replicas_.front()->net; }
+Network& Trainer::network() {
+  for (auto& r : replicas_) r->compute_current = false;  // the caller may write the weights
+  return replicas_.front()->net;
+}
 
 std::string Trainer::device_names() const {
   std::string names;
@@ -494,7 +497,8 @@ void Trainer::upload_epoch_tables(int64_t epoch) {
 // Gather the batch, forward, loss and its gradient: everything before the network's backward.
 void Trainer::forward(size_t i) {
   Replica& r = *replicas_[i];
-  const StepContext ctx = r.context(true, r.offset, options_.seed);
+  StepContext ctx = r.context(true, r.offset, options_.seed);
+  ctx.compute_parameters_current = r.compute_current;
   const Tensor& input = r.net.input_buffer(r.batch);
   SampleTransform t;
   t.scale = r.data->scale;
@@ -517,6 +521,7 @@ void Trainer::forward(size_t i) {
   const float scale = strategy_->sums_gradients() ? r.share : 1.0f;
   r.net.forward_loss(ctx, input, labels, loss_, r.loss_sum, true, scale,
                      r.optimizer->loss_scale());
+  r.compute_current = true;  // converted now if it was not; the updates keep it so
 }
 
 void Trainer::backward(size_t i) {
@@ -563,6 +568,10 @@ void Trainer::sum_gradients_of(size_t i) {
 
 void Trainer::run_step(size_t i, const std::function<void()>& step, bool capture) {
   Replica& r = *replicas_[i];
+  if (!r.compute_current) {
+    r.net.refresh_compute_parameters(r.context(true, 0, options_.seed));
+    r.compute_current = true;
+  }
   // The first step runs eagerly (it allocates every buffer); the second is captured once.
   if (r.captured) {
     r.captured->replay();
@@ -646,6 +655,7 @@ void Trainer::average_weights() {
     collective_->all_reduce_sum(buffers, pick(*replicas_[0]).numel());
   };
   average([](Replica& r) { return r.net.parameters(); });
+  for (auto& r : replicas_) r->compute_current = false;
   const size_t states = replicas_[0]->optimizer->state().size();
   for (size_t k = 0; k < states; ++k)
     average([k](Replica& r) { return r.optimizer->state()[k].second; });

@@ -9,6 +9,7 @@
 // conformance_training.cpp run it on GPUs.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -63,6 +64,9 @@ class SideQueueCpuDevice : public CpuDevice {
       CpuDevice::do_sgd_update(params, grads, momentum, hp, control, step_state);
     });
   }
+  void do_convert(const Tensor& src, const Tensor& dst) override {  // the compute copy's
+    run_or_hold([=, this] { CpuDevice::do_convert(src, dst); }, false);
+  }
   void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
                       const AdamParams& hp, const UpdateControl& control,
                       const Tensor& step_state) override {
@@ -72,8 +76,8 @@ class SideQueueCpuDevice : public CpuDevice {
   }
 
  private:
-  void run_or_hold(const std::function<void()>& work) {
-    if (beside_) ++updates_beside;
+  void run_or_hold(const std::function<void()>& work, bool update = true) {
+    if (beside_ && update) ++updates_beside;
     if (beside_ && deferred_)
       held_.push_back(work);
     else
@@ -138,10 +142,13 @@ TEST_CASE("overlap: updates queued beside backward equal one update after it, bi
   for (const std::string optimizer : {"sgd", "adamw"}) {
     for (const bool deferred : {false, true}) {
       for (const bool capture : {false, true}) {
+        // bf16: the updates beside also write the compute copy the next forward multiplies with.
+        const Precision precision = capture ? Precision::bf16 : Precision::fp32;
         DYNAMIC_SECTION(optimizer << (deferred ? ", held until the join" : ", run at once")
-                                  << (capture ? ", captured" : "")) {
+                                  << (capture ? ", captured, bf16" : ", fp32")) {
           TrainOptions o = options_with(optimizer);
           o.capture = capture;
+          o.precision = precision;
           CpuDevice plain(0, 1, "CPU (test)");
           const Run want = train(plain, o, 2);
           SideQueueCpuDevice side(deferred);
@@ -300,6 +307,78 @@ TEST_CASE("conformance: on every device, updates beside backward equal updates a
           CHECK(weights_after(true) == after);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("conformance: the optimizers' compute copy is the updated params rounded as convert() "
+          "rounds them", "[conformance][overlap][sgd][adam]") {
+  for (Device* d : trident::testing::devices_under_test()) {
+    for (const DType type : {DType::bf16, DType::f16}) {
+      if (!d->supports(type)) continue;
+      for (const bool same_offset : {false, true}) {
+        DYNAMIC_SECTION(d->info().id() << ", " << dtype_name(type)
+                                       << (same_offset ? ", one offset" : ", mixed offsets")) {
+          const int64_t n = 100003;
+          // Views at float offsets 3 (or 1, 2) and a copy at 3 (or 0) 16-bit elements.
+          auto view = [&](const std::vector<float>& values, int64_t offset) {
+            std::vector<float> all(values.size() + 8, 0.0f);
+            std::copy(values.begin(), values.end(), all.begin() + offset);
+            return Tensor::from_host(*d, {int64_t(all.size())}, all).view(offset, {n});
+          };
+          const Tensor params = view(trident::testing::random_floats(n, 5, -3.0f, 3.0f),
+                                     same_offset ? 3 : 1);
+          const Tensor grads = view(trident::testing::random_floats(n, 6), 3);
+          const Tensor m = view(std::vector<float>(n, 0.0f), same_offset ? 3 : 2);
+          const Tensor v = view(std::vector<float>(n, 0.0f), 3);
+          const Tensor copy_all = Tensor::zeros(*d, {n + 8}, type);
+          const Tensor copy = copy_all.view(same_offset ? 3 : 0, {n});
+          const Tensor want = Tensor::zeros(*d, {n}, type);
+          const Tensor state = Tensor::zeros(*d, {2}, DType::i32);
+          SgdParams sgd;
+          sgd.lr = 0.1f;
+          sgd.momentum = 0.9f;
+          d->sgd_update(params, grads, m, sgd, {}, state, copy);
+          d->convert(params, want);
+          CHECK(copy.to_host() == want.to_host());
+          AdamParams adam;
+          adam.lr = 0.01f;
+          d->adam_update(params, grads, m, v, adam, {}, state, copy);
+          d->convert(params, want);
+          CHECK(copy.to_host() == want.to_host());
+          CHECK_THROWS_WITH(d->sgd_update(params, grads, m, sgd, {}, state, params),
+                            Catch::Contains("compute_copy is F32"));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("overlap: weights written between steps reach the next step's compute copy, replayed "
+          "steps included", "[overlap][trainer]") {
+  // One step an epoch: epoch 2's step is captured where the device captures, epoch 3's replayed.
+  // Zero weights make every logit 0, so that epoch 3's loss is exactly ln 10 unless a stale
+  // 16-bit copy of the old weights is multiplied. A CUDA graph freezes the step's forward without
+  // its conversion, so there the Trainer must convert before the replay; the replaying CPU device
+  // runs the step's host code again and checks only the rest.
+  const DatasetSplits data = trident::testing::small_splits(400, 100);
+  SideQueueCpuDevice replaying(false);  // captures and replays on any machine
+  std::vector<Device*> devices = trident::testing::devices_under_test();
+  devices.push_back(&replaying);
+  for (Device* d : devices) {
+    if (!d->supports(DType::bf16)) continue;
+    DYNAMIC_SECTION(d->info().id() << " (" << d->info().name << ")") {
+      TrainOptions o = options_with("sgd");
+      o.batch = 400;
+      o.precision = Precision::bf16;
+      Trainer trainer({d}, four_layer_mlp, data, o);
+      trainer.train_epoch();
+      const double trained = trainer.train_epoch().train_loss;
+      d->fill(trainer.network().parameters(), 0.0f);
+      const double zeroed = trainer.train_epoch().train_loss;
+      CHECK(std::abs(trained - std::log(10.0)) > 1e-3);  // a stale copy would show
+      CHECK(zeroed == Approx(std::log(10.0)).epsilon(1e-6));
+      if (d == &replaying) CHECK(replaying.captures == 1);
     }
   }
 }

@@ -129,6 +129,13 @@ class CudaDevice final : public Device {
   void do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
                       const Tensor& v, const AdamParams& hp, const UpdateControl& control,
                       const Tensor& step_state) override;
+  void do_sgd_update_with_copy(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                               const SgdParams& hp, const UpdateControl& control,
+                               const Tensor& step_state, const Tensor& compute_copy) override;
+  void do_adam_update_with_copy(const Tensor& params, const Tensor& grads, const Tensor& m,
+                                const Tensor& v, const AdamParams& hp,
+                                const UpdateControl& control, const Tensor& step_state,
+                                const Tensor& compute_copy) override;
   void do_update_loss_scale(const Tensor& state, const Tensor& grad_sumsq,
                             const LossScaleParams& params) override;
 

@@ -1,5 +1,6 @@
-// CudaDevice's optimizer slots: one launch over the flat parameter buffer, UpdateControl passed
-// as device pointers and read by the kernel (kernels/cuda/optimizers.cu).
+// CudaDevice's optimizer slots: one launch over the flat parameter buffer (writing the 16-bit
+// compute copy too where asked), UpdateControl passed as device pointers and read by the kernel
+// (kernels/cuda/optimizers.cu).
 #include "trident/backends/cuda/cuda_device.h"
 #include "trident/kernels/cuda/optimizers.h"
 
@@ -33,6 +34,28 @@ void CudaDevice::do_adam_update(const Tensor& params, const Tensor& grads, const
   launch_adam_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
                      device_ptr<float>(m), device_ptr<float>(v), params.numel(), hp,
                      control_args(control), device_ptr<const uint32_t>(step_state));
+  check_launch("adam_update");
+}
+
+void CudaDevice::do_sgd_update_with_copy(const Tensor& params, const Tensor& grads,
+                                         const Tensor& momentum, const SgdParams& hp,
+                                         const UpdateControl& control, const Tensor& step_state,
+                                         const Tensor& compute_copy) {
+  launch_sgd_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
+                    device_ptr<float>(momentum), params.numel(), hp, control_args(control),
+                    device_ptr<const uint32_t>(step_state), device_ptr<void>(compute_copy),
+                    compute_copy.dtype());
+  check_launch("sgd_update");
+}
+
+void CudaDevice::do_adam_update_with_copy(const Tensor& params, const Tensor& grads,
+                                          const Tensor& m, const Tensor& v, const AdamParams& hp,
+                                          const UpdateControl& control, const Tensor& step_state,
+                                          const Tensor& compute_copy) {
+  launch_adam_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
+                     device_ptr<float>(m), device_ptr<float>(v), params.numel(), hp,
+                     control_args(control), device_ptr<const uint32_t>(step_state),
+                     device_ptr<void>(compute_copy), compute_copy.dtype());
   check_launch("adam_update");
 }
 

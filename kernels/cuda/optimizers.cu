@@ -4,6 +4,9 @@
 // grid-stride loop updates the parameters, four at a time where the buffers allow.
 #include <cmath>
 
+#include <type_traits>
+
+#include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/optimizers.h"
 
@@ -38,17 +41,23 @@ __device__ Resolved resolve(float lr, float momentum, float grad_scale,
   return r;
 }
 
-// Calls update(p[i], g[i], s0[i], s1[i]) for every i in [0, n) over the grid: packs of four
-// (16-byte accesses) where every buffer lies at the same offset from a 16-byte boundary (the
-// views of one range of the flat buffers do), the ragged ends and other cases one by one. s0
-// and s1 may be null (then update gets a dummy). The same update function either way, so the
-// results do not depend on the path.
-template <typename Update>
+// Calls update(p[i], g[i], s0[i], s1[i]) for every i in [0, n) over the grid, then writes
+// copy[i] = p[i] rounded to C (C = float: no copy): packs of four (16-byte accesses) where every
+// buffer lies at the same offset from a 16-byte boundary (the views of one range of the flat
+// buffers do; the copy's 16-bit elements then start packs at 8-byte boundaries), the ragged ends
+// and other cases one by one. s0 and s1 may be null (update then gets a dummy). The same update
+// function either way, so the results do not depend on the path.
+template <typename C, typename Update>
 __device__ __forceinline__ void for_each_parameter(float* p, const float* g, float* s0,
-                                                   float* s1, int64_t n, const Update& update) {
-  const auto offset = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) / 4) % 4; };
-  const uintptr_t o = offset(p);
-  const bool packed = offset(g) == o && (!s0 || offset(s0) == o) && (!s1 || offset(s1) == o);
+                                                   float* s1, C* copy, int64_t n,
+                                                   const Update& update) {
+  constexpr bool kCopy = !std::is_same<C, float>::value;
+  const auto offset = [](const void* x, int size) {
+    return (reinterpret_cast<uintptr_t>(x) / size) % 4;
+  };
+  const uintptr_t o = offset(p, 4);
+  const bool packed = offset(g, 4) == o && (!s0 || offset(s0, 4) == o) &&
+                      (!s1 || offset(s1, 4) == o) && (!kCopy || offset(copy, 2) == o);
   const int64_t head = packed ? min(n, int64_t((4 - o) % 4)) : n;
   const int64_t packs = (n - head) / 4;
   const int64_t tail = head + 4 * packs;
@@ -59,6 +68,7 @@ __device__ __forceinline__ void for_each_parameter(float* p, const float* g, flo
     p[i] = pi;
     if (s0) s0[i] = a;
     if (s1) s1[i] = b;
+    if constexpr (kCopy) copy[i] = from_float<C>(pi);
   };
   const int64_t first = first_index<int64_t>(), step = grid_step<int64_t>();
   for (int64_t i = first; i < head; i += step) one(i);
@@ -75,19 +85,25 @@ __device__ __forceinline__ void for_each_parameter(float* p, const float* g, flo
     *reinterpret_cast<float4*>(p + i) = pv;
     if (s0) *reinterpret_cast<float4*>(s0 + i) = av;
     if (s1) *reinterpret_cast<float4*>(s1 + i) = bv;
+    if constexpr (kCopy) {
+      const uint2 bits = {uint32_t(from_float<C>(pv.x).bits) | uint32_t(from_float<C>(pv.y).bits) << 16,
+                          uint32_t(from_float<C>(pv.z).bits) | uint32_t(from_float<C>(pv.w).bits) << 16};
+      *reinterpret_cast<uint2*>(copy + i) = bits;
+    }
   }
   for (int64_t i = tail + first; i < n; i += step) one(i);
 }
 
-__global__ void sgd_kernel(float* params, const float* grads, float* momentum, int64_t n,
+template <typename C>
+__global__ void sgd_kernel(float* params, const float* grads, float* momentum, C* copy, int64_t n,
                            SgdParams hp, UpdateControlArgs control, const uint32_t* step_state) {
   __shared__ Resolved step;
   if (threadIdx.x == 0) step = resolve(hp.lr, hp.momentum, hp.grad_scale, control, step_state);
   __syncthreads();
-  if (step.skip) return;
+  if (step.skip) return;  // the params, and so their copy, stay as they are
   const float lr = step.lr, mu = step.momentum, gs = step.grad_scale, wd = hp.weight_decay;
   const bool nesterov = hp.nesterov;
-  for_each_parameter(params, grads, mu != 0.f ? momentum : nullptr, nullptr, n,
+  for_each_parameter(params, grads, mu != 0.f ? momentum : nullptr, nullptr, copy, n,
                      [=](float& p, float g, float& buf, float&) {
                        float d = g * gs + wd * p;  // d_p.add(param, alpha=wd)
                        if (mu != 0.f) {
@@ -103,8 +119,9 @@ struct AdamStep {
   bool skip;
 };
 
-__global__ void adam_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
-                            AdamParams hp, UpdateControlArgs control,
+template <typename C>
+__global__ void adam_kernel(float* params, const float* grads, float* m, float* v, C* copy,
+                            int64_t n, AdamParams hp, UpdateControlArgs control,
                             const uint32_t* step_state) {
   __shared__ AdamStep step;
   if (threadIdx.x == 0) {
@@ -127,7 +144,7 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
   if (step.skip) return;
   const AdamStep s = step;
   const float b2 = hp.beta2, one_minus_b2 = float(1.0 - double(hp.beta2)), eps = hp.eps;
-  for_each_parameter(params, grads, m, v, n, [=](float& p, float g_in, float& mi, float& vi) {
+  for_each_parameter(params, grads, m, v, copy, n, [=](float& p, float g_in, float& mi, float& vi) {
     if (s.shrink != 1.0f) p *= s.shrink;                 // param.mul_(1 - lr * wd)
     const float g = g_in * s.grad_scale + s.l2 * p;      // grad.add(param, alpha=wd)
     mi = mi * s.beta1 + s.one_minus_beta1 * g;
@@ -156,18 +173,36 @@ __global__ void update_loss_scale_kernel(float* state, const float* grad_sumsq,
 
 void launch_sgd_update(const KernelContext& ctx, float* params, const float* grads,
                        float* momentum, int64_t n, const SgdParams& hp,
-                       const UpdateControlArgs& control, const uint32_t* step_state) {
+                       const UpdateControlArgs& control, const uint32_t* step_state,
+                       void* copy, DType copy_type) {
   if (n <= 0) return;
-  sgd_kernel<<<grid_for((n + 3) / 4), kBlockThreads, 0, ctx.stream>>>(params, grads, momentum,
-                                                                      n, hp, control, step_state);
+  const unsigned grid = grid_for((n + 3) / 4);
+  if (!copy)
+    sgd_kernel<float><<<grid, kBlockThreads, 0, ctx.stream>>>(params, grads, momentum, nullptr, n,
+                                                              hp, control, step_state);
+  else if (copy_type == DType::bf16)
+    sgd_kernel<Bf16><<<grid, kBlockThreads, 0, ctx.stream>>>(
+        params, grads, momentum, static_cast<Bf16*>(copy), n, hp, control, step_state);
+  else
+    sgd_kernel<F16><<<grid, kBlockThreads, 0, ctx.stream>>>(
+        params, grads, momentum, static_cast<F16*>(copy), n, hp, control, step_state);
 }
 
 void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
                         float* v, int64_t n, const AdamParams& hp,
-                        const UpdateControlArgs& control, const uint32_t* step_state) {
+                        const UpdateControlArgs& control, const uint32_t* step_state,
+                        void* copy, DType copy_type) {
   if (n <= 0) return;
-  adam_kernel<<<grid_for((n + 3) / 4), kBlockThreads, 0, ctx.stream>>>(params, grads, m, v, n,
-                                                                       hp, control, step_state);
+  const unsigned grid = grid_for((n + 3) / 4);
+  if (!copy)
+    adam_kernel<float><<<grid, kBlockThreads, 0, ctx.stream>>>(params, grads, m, v, nullptr, n, hp,
+                                                               control, step_state);
+  else if (copy_type == DType::bf16)
+    adam_kernel<Bf16><<<grid, kBlockThreads, 0, ctx.stream>>>(
+        params, grads, m, v, static_cast<Bf16*>(copy), n, hp, control, step_state);
+  else
+    adam_kernel<F16><<<grid, kBlockThreads, 0, ctx.stream>>>(
+        params, grads, m, v, static_cast<F16*>(copy), n, hp, control, step_state);
 }
 
 void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,

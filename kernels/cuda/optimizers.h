@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "trident/core/dtype.h"
 #include "trident/core/op_types.h"
 #include "trident/kernels/cuda/kernel_context.h"
 
@@ -22,14 +23,17 @@ struct UpdateControlArgs {
   const float* loss_scale = nullptr;
 };
 
-// See SgdParams; momentum may be null when no step uses momentum.
+// See SgdParams; momentum may be null when no step uses momentum. copy (null: none) of
+// copy_type f16 or bf16 receives the updated params rounded to it (Device::sgd_update).
 void launch_sgd_update(const KernelContext& ctx, float* params, const float* grads,
                        float* momentum, int64_t n, const SgdParams& hp,
-                       const UpdateControlArgs& control, const uint32_t* step_state);
-// See AdamParams; t = step_state[1] + 1.
+                       const UpdateControlArgs& control, const uint32_t* step_state,
+                       void* copy = nullptr, DType copy_type = DType::f32);
+// See AdamParams; t = step_state[1] + 1. copy as for launch_sgd_update.
 void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
                         float* v, int64_t n, const AdamParams& hp,
-                        const UpdateControlArgs& control, const uint32_t* step_state);
+                        const UpdateControlArgs& control, const uint32_t* step_state,
+                        void* copy = nullptr, DType copy_type = DType::f32);
 // GradScaler's update of state = {scale, clean steps} after a step (LossScaleParams), one thread.
 void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,
                               const LossScaleParams& params);
