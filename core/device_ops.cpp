@@ -1001,7 +1001,8 @@ void Device::sgd_update(const Tensor& params, const Tensor& grads, const Tensor&
   invalidate_claims(params);
   invalidate_claims(momentum);
   if (n == 0) return;
-  if (!compute_copy.defined()) return do_sgd_update(params, grads, momentum, hp, control, step_state);
+  if (!compute_copy.defined())
+    return do_sgd_update(params, grads, momentum, hp, control, step_state);
   invalidate_claims(compute_copy);
   do_sgd_update_with_copy(params, grads, momentum, hp, control, step_state, compute_copy);
 }

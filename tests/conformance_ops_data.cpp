@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "trident/kernels/reference/reference_ops.h"
@@ -264,6 +265,11 @@ DeviceControl make_control(Device& d, const ControlCase& c, const std::vector<fl
 
 }  // namespace
 
+// Sizes of the optimizer cases, with their buffers at different offsets from a 16-byte boundary
+// or all at the same one (CUDA then updates packs of four between a ragged head and tail).
+constexpr std::pair<int64_t, bool> kUpdateCases[] = {
+    {1, false}, {7, false}, {257, false}, {100003, false}, {7, true}, {257, true}, {100003, true}};
+
 TEST_CASE("conformance: sgd_update, its update (p_new - p_old) over several steps: momentum, "
           "nesterov, weight decay, schedule, clipping", "[conformance][sgd]") {
   std::vector<SgdParams> variants(4);
@@ -275,10 +281,7 @@ TEST_CASE("conformance: sgd_update, its update (p_new - p_old) over several step
   const std::vector<ControlCase> controls = {{}, {true, 0.0f}, {false, 0.5f}, {true, 2.0f}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1200;
-    // Buffers at different offsets from a 16-byte boundary, or all at the same one (CUDA then
-    // updates packs of four between a ragged head and tail).
-    for (const bool same_offset : {false, true})
-    for (int64_t n : {1, 7, 257, 100003})
+    for (const auto& [n, same_offset] : kUpdateCases)
       for (const SgdParams& hp : variants)
         for (const ControlCase& cc : controls) {
           if (cc.schedule && hp.momentum == 0.0f) continue;  // a schedule sets momentum
@@ -325,8 +328,7 @@ TEST_CASE("conformance: adam_update, its update (p_new - p_old) at each step t r
   const std::vector<ControlCase> controls = {{}, {true, 0.0f}, {false, 0.5f}};
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 1300;
-    for (const bool same_offset : {false, true})  // as in the sgd_update case
-    for (int64_t n : {1, 7, 257, 100003})
+    for (const auto& [n, same_offset] : kUpdateCases)
       for (const AdamParams& hp : variants)
         for (const ControlCase& cc : controls) {
           // Clipping shrinks the gradient towards the L2 term wd * p: their float sum would

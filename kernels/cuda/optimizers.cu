@@ -86,9 +86,10 @@ __device__ __forceinline__ void for_each_parameter(float* p, const float* g, flo
     if (s0) *reinterpret_cast<float4*>(s0 + i) = av;
     if (s1) *reinterpret_cast<float4*>(s1 + i) = bv;
     if constexpr (kCopy) {
-      const uint2 bits = {uint32_t(from_float<C>(pv.x).bits) | uint32_t(from_float<C>(pv.y).bits) << 16,
-                          uint32_t(from_float<C>(pv.z).bits) | uint32_t(from_float<C>(pv.w).bits) << 16};
-      *reinterpret_cast<uint2*>(copy + i) = bits;
+      const auto pair = [](float lo, float hi) {
+        return uint32_t(from_float<C>(lo).bits) | uint32_t(from_float<C>(hi).bits) << 16;
+      };
+      *reinterpret_cast<uint2*>(copy + i) = make_uint2(pair(pv.x, pv.y), pair(pv.z, pv.w));
     }
   }
   for (int64_t i = tail + first; i < n; i += step) one(i);
