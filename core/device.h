@@ -9,8 +9,8 @@
 // which a backend overrides when it has something faster; an override may call the default for
 // the cases it does not handle). A new backend runs once it implements the required slots.
 //
-// Every op is queued in order on the device's single stream / queue and may return before it has
-// run; only copy_to_host and synchronize wait. Unless an op says otherwise its float tensors are
+// Every op is queued in order on the device's stream / queue (queue_beside's work aside) and may
+// return before it has run; only copy_to_host and synchronize wait. Unless an op says otherwise its float tensors are
 // float32, outputs are overwritten (never accumulated into), an output may not overlap an input,
 // and gradients are overwritten by every backward op (no zeroing needed).
 //

@@ -1,7 +1,8 @@
-// CudaDevice: one NVIDIA GPU behind the Device contract. It holds the stream, the GEMM policy
-// (cuBLAS / cuBLASLt, backends/cuda/cublas_gemm.h) and the reduction scratch; every op queues
-// kernels from kernels/cuda on the one stream, never synchronises and never allocates, so that
-// a whole training step can be captured as a CUDA graph. The ops' host sides are
+// CudaDevice: one NVIDIA GPU behind the Device contract. It holds the stream (and the side
+// stream of queue_beside), the GEMM policy (cuBLAS / cuBLASLt, backends/cuda/cublas_gemm.h) and
+// the reduction scratch; every op queues kernels from kernels/cuda on the stream, never
+// synchronises and never allocates, so that a whole training step can be captured as a CUDA
+// graph. The ops' host sides are
 // backends/cuda/ops_<family>.cpp, one file per op family as in kernels/cuda.
 #pragma once
 #include <cuda_runtime.h>
