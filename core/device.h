@@ -10,9 +10,9 @@
 // the cases it does not handle). A new backend runs once it implements the required slots.
 //
 // Every op is queued in order on the device's stream / queue (queue_beside's work aside) and may
-// return before it has run; only copy_to_host and synchronize wait. Unless an op says otherwise its float tensors are
-// float32, outputs are overwritten (never accumulated into), an output may not overlap an input,
-// and gradients are overwritten by every backward op (no zeroing needed).
+// return before it has run; only copy_to_host and synchronize wait. Unless an op says otherwise
+// its float tensors are float32, outputs are overwritten (never accumulated into), an output may
+// not overlap an input, and gradients are overwritten by every backward op (no zeroing needed).
 //
 // Data-dependent errors (a gather index or a label out of range) cannot be seen by the front: a
 // GPU kernel that meets one skips the access and raises the device's error flag, which the next

@@ -19,7 +19,6 @@ bool same_shape(const Conv2dShape& a, const Conv2dShape& b) {
          a.pad_h == b.pad_h && a.pad_w == b.pad_w && a.dtype == b.dtype;
 }
 
-// Argument checks of one op call; every failure is a ShapeError "<device>: <op>: <problem>".
 // The ops that may be queued on a side queue (Device::queue_beside): elementwise ones, which use
 // no scratch, reduction buffers or library handles that the main queue's ops share.
 bool may_run_beside(const char* op) {
@@ -29,6 +28,8 @@ bool may_run_beside(const char* op) {
   return false;
 }
 
+// Argument checks of one op call; every failure is a ShapeError "<device>: <op>: <problem>"
+// (queuing an op beside that may not run there: an Error).
 class OpCheck {
  public:
   OpCheck(const Device& device, const char* op) : device_(device), op_(op) {
@@ -1030,7 +1031,8 @@ void Device::adam_update(const Tensor& params, const Tensor& grads, const Tensor
   invalidate_claims(m);
   invalidate_claims(v);
   if (n == 0) return;
-  if (!compute_copy.defined()) return do_adam_update(params, grads, m, v, hp, control, step_state);
+  if (!compute_copy.defined())
+    return do_adam_update(params, grads, m, v, hp, control, step_state);
   invalidate_claims(compute_copy);
   do_adam_update_with_copy(params, grads, m, v, hp, control, step_state, compute_copy);
 }
