@@ -20,6 +20,7 @@
 #include "trident/models/optimizer.h"
 #include "trident/models/trainer.h"
 #include "tests/conformance.h"
+#include "tests/fake_collective.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -27,25 +28,14 @@ using namespace trident;
 namespace {
 
 // A CPU device with a side queue. deferred: side work (optimizer updates) is held until the
-// join; otherwise it runs at once. Counts what the front asked of the queue. It also
-// "captures" as ReplayingCpuDevice does (replay runs the recorded step again).
-class SideQueueCpuDevice : public CpuDevice {
+// join; otherwise it runs at once. Counts what the front asked of the queue. It also "captures"
+// as ReplayingCpuDevice (tests/fake_collective.h) does: replay runs the recorded step again.
+class SideQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
  public:
-  explicit SideQueueCpuDevice(bool deferred)
-      : CpuDevice(0, 1, "CPU with a side queue (test)"), deferred_(deferred) {}
-  int begins = 0, joins = 0, updates_beside = 0, captures = 0;
+  explicit SideQueueCpuDevice(bool deferred) : ReplayingCpuDevice(0), deferred_(deferred) {}
+  int begins = 0, joins = 0, updates_beside = 0;
 
  protected:
-  std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override {
-    struct Replay : CapturedWork {
-      std::function<void()> step;
-      void replay() override { step(); }
-    };
-    auto replay = std::make_unique<Replay>();
-    replay->step = step;
-    ++captures;
-    return replay;
-  }
   bool do_has_side_queue() const override { return true; }
   void do_begin_beside() override {
     ++begins;

@@ -2,8 +2,8 @@
 // stream of queue_beside), the GEMM policy (cuBLAS / cuBLASLt, backends/cuda/cublas_gemm.h) and
 // the reduction scratch; every op queues kernels from kernels/cuda on the stream, never
 // synchronises and never allocates, so that a whole training step can be captured as a CUDA
-// graph. The ops' host sides are
-// backends/cuda/ops_<family>.cpp, one file per op family as in kernels/cuda.
+// graph. The ops' host sides are backends/cuda/ops_<family>.cpp, one file per op family as in
+// kernels/cuda.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -19,22 +19,17 @@ UpdateControlArgs control_args(const UpdateControl& c) {
 
 }  // namespace
 
+// The plain updates are the updates with a copy, without one (a null copy pointer).
 void CudaDevice::do_sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
                                const SgdParams& hp, const UpdateControl& control,
                                const Tensor& step_state) {
-  launch_sgd_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
-                    device_ptr<float>(momentum), params.numel(), hp, control_args(control),
-                    device_ptr<const uint32_t>(step_state));
-  check_launch("sgd_update");
+  do_sgd_update_with_copy(params, grads, momentum, hp, control, step_state, Tensor());
 }
 
 void CudaDevice::do_adam_update(const Tensor& params, const Tensor& grads, const Tensor& m,
                                 const Tensor& v, const AdamParams& hp,
                                 const UpdateControl& control, const Tensor& step_state) {
-  launch_adam_update(kernel_context(), device_ptr<float>(params), device_ptr<const float>(grads),
-                     device_ptr<float>(m), device_ptr<float>(v), params.numel(), hp,
-                     control_args(control), device_ptr<const uint32_t>(step_state));
-  check_launch("adam_update");
+  do_adam_update_with_copy(params, grads, m, v, hp, control, step_state, Tensor());
 }
 
 void CudaDevice::do_sgd_update_with_copy(const Tensor& params, const Tensor& grads,

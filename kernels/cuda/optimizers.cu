@@ -3,7 +3,6 @@
 // coefficient, Adam's bias corrections in double, as Python computes them), then one
 // grid-stride loop updates the parameters, four at a time where the buffers allow.
 #include <cmath>
-
 #include <type_traits>
 
 #include "trident/kernels/cuda/float_types.cuh"

@@ -28,12 +28,12 @@ struct UpdateControlArgs {
 void launch_sgd_update(const KernelContext& ctx, float* params, const float* grads,
                        float* momentum, int64_t n, const SgdParams& hp,
                        const UpdateControlArgs& control, const uint32_t* step_state,
-                       void* copy = nullptr, DType copy_type = DType::f32);
+                       void* copy, DType copy_type);
 // See AdamParams; t = step_state[1] + 1. copy as for launch_sgd_update.
 void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
                         float* v, int64_t n, const AdamParams& hp,
                         const UpdateControlArgs& control, const uint32_t* step_state,
-                        void* copy = nullptr, DType copy_type = DType::f32);
+                        void* copy, DType copy_type);
 // GradScaler's update of state = {scale, clean steps} after a step (LossScaleParams), one thread.
 void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,
                               const LossScaleParams& params);
