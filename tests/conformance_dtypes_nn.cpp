@@ -48,7 +48,10 @@ std::vector<Conv2dShape> conv_shapes(DType t) {
           // The same with 64 input channels, 96 output channels (a partial tile of 128), no
           // padding above and below but one left and right.
           conv(2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, t),
-          conv(2, 64, 9, 20, 96, 3, 3, 1, 1, 0, 1, t)};
+          conv(2, 64, 9, 20, 96, 3, 3, 1, 1, 0, 1, t),
+          // An odd number of positions per image (CUDA's halo-window kernel then stores its
+          // results one by one, not in pairs).
+          conv(2, 32, 11, 11, 32, 3, 3, 1, 1, 1, 1, t)};
 }
 
 Pool2dShape pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,

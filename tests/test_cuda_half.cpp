@@ -258,7 +258,12 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
   const Case cases[] = {{5, 3, 11, 9, 8, 3, 1, 1, true},
                         {4, 8, 12, 12, 16, 3, 2, 1, false},
                         {3, 16, 7, 7, 24, 1, 1, 0, true},
-                        {2, 6, 9, 9, 4, 1, 2, 0, false}};
+                        {2, 6, 9, 9, 4, 1, 2, 0, false},
+                        // More tiles than the halo-window kernels keep resident (kernels/cuda/
+                        // halo_conv.cu): blocks walk several images, copying the next window
+                        // while they multiply (32 channels: two windows a block; 64: one).
+                        {600, 32, 10, 10, 32, 3, 1, 1, true},
+                        {300, 64, 10, 10, 64, 3, 1, 1, false}};
   for (DType t : kHalves)
     for (const Case& c : cases)
       agree_with_cpu("conv2d", t, 8.0, [&](Device& d, DType type) {

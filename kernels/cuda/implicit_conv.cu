@@ -26,6 +26,7 @@
 
 #include "trident/kernels/cuda/conv2d.h"
 #include "trident/kernels/cuda/float_types.cuh"
+#include "trident/kernels/cuda/halo_conv.h"
 #include "trident/kernels/cuda/implicit_conv_layout.cuh"
 #include "trident/kernels/cuda/implicit_conv_mma.cuh"
 #include "trident/kernels/cuda/launch.cuh"
@@ -35,6 +36,9 @@ namespace {
 
 using layout::transpose;
 using tile_mma::BlockMma;
+using tile_mma::copy_async16;
+using tile_mma::copy_async_commit;
+using tile_mma::copy_async_wait;
 using tile_mma::kStepK;
 using tile_mma::kVec;
 using tile_mma::StorageOf;
@@ -52,35 +56,12 @@ constexpr int kGatherBN = BM == 32 ? 256 : 128;
 
 // The gathered operand in[N, XH, XW, XC] (NHWC) through a KH x KW window, stride 1; outputs
 // yh x yw per sample.
-struct Gather {
-  int xc, xh, xw, kh, kw, ph, pw, yh, yw;
-};
+using Gather = ConvGather;
 
 // Image, padding and kernel are under kMaxExtent (implicit_conv_fits), so a row index of
 // kFarOutside plus any kernel row fails every bounds check.
 constexpr int kMaxExtent = 0x4000;
 constexpr int kFarOutside = -2 * kMaxExtent;
-
-// 16 bytes from global to shared memory without passing through registers (sm_80); zeros when
-// !valid (src is then not read but must be a valid address).
-__device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  const unsigned address = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
-               "r"(valid ? 16 : 0));
-#endif
-}
-__device__ __forceinline__ void copy_async_commit() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-#endif
-}
 
 constexpr int kGatherStages = 3;
 
@@ -282,12 +263,10 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
 #endif
 }
 
-// Launches kKernel with its dynamic shared memory (opting in past 48 KB once per kernel).
+// Launches kKernel with its dynamic shared memory.
 template <auto kKernel, typename... Args>
 void launch_with_smem(int bytes, dim3 grid, cudaStream_t stream, const Args&... args) {
-  static const cudaError_t opted = cudaFuncSetAttribute(
-      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  (void)opted;  // a failure shows as the launch's error
+  allow_dynamic_shared_memory<kKernel>(bytes);
   kKernel<<<grid, kThreads, bytes, stream>>>(args...);
 }
 
@@ -307,6 +286,11 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
   using S = StorageOf<M>;
   const int64_t columns = batch * g.yh * g.yw;
   if (columns == 0 || m_total == 0) return;
+  // 16-bit products whose rows fit a block go to the halo-window kernel (halo_conv.h).
+  if constexpr (!std::is_same_v<M, Tf32>) {
+    const DType dtype = std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
+    if (launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, g, batch, m_total)) return;
+  }
   with_block_rows(m_total, [&](auto bm) {
     constexpr int BM = decltype(bm)::value;
     constexpr int BN = kGatherBN<BM>;

@@ -15,7 +15,10 @@
 //   weight gradient: dw[OC, C*KH*KW] = sum over positions of dy times the gathered x, split over
 //                    slices of the positions into float32 partials that a fixed-order reduction
 //                    sums (launch_conv_grad_reduce).
-// Needs sm_80 or later code in the binary (implicit_conv_available()).
+// The 16-bit forward and data-gradient products go to kernels/cuda/halo_conv.h's halo-window
+// kernels where those take the shape (up to 64 output channels, a row within a block's
+// positions), else to the tile-per-step gather kernel here. Needs sm_80 or later code in the
+// binary (implicit_conv_available()).
 #pragma once
 #include <cstddef>
 #include <cstdint>

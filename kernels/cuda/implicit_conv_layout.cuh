@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "trident/kernels/cuda/float_types.cuh"
+#include "trident/kernels/cuda/launch.cuh"
 
 namespace trident::cuda::layout {
 
@@ -76,10 +77,7 @@ inline void transpose(const KernelContext& ctx, const void* src, void* dst, int6
   const int64_t bytes = rows * cols * int64_t(sizeof(S));
   if (rows % kVec<S> == 0 && bytes <= kSampleTransposeBytes && pack_aligned(src, 16) &&
       pack_aligned(dst, 16)) {
-    static const cudaError_t opted = cudaFuncSetAttribute(
-        transpose_sample_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        kSampleTransposeBytes);
-    (void)opted;  // a failure shows as the launch's error
+    allow_dynamic_shared_memory<transpose_sample_kernel<S>>(kSampleTransposeBytes);
     transpose_sample_kernel<S><<<unsigned(batches), kThreads, size_t(bytes), ctx.stream>>>(
         static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols));
     return;

@@ -1,7 +1,8 @@
 // The block-level tensor-core multiply of the implicit-GEMM convolution (for
-// kernels/cuda/implicit_conv.cu): operand traits per math tag, and BlockMma, whose 8 warps
-// multiply one pipeline step's tiles in shared memory, through WMMA, or for bf16 through ldmatrix
-// and mma.sync (BlockMma::kRaw).
+// kernels/cuda/implicit_conv.cu and halo_conv.cu): operand traits per math tag, cp.async copies,
+// the ldmatrix and mma.sync primitives, and BlockMma, whose 8 warps multiply one pipeline step's
+// tiles in shared memory, through WMMA, or for bf16 through ldmatrix and mma.sync
+// (BlockMma::kRaw).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,6 +56,27 @@ constexpr int kVec = 16 / int(sizeof(StorageOf<M>));  // elements per 16-byte cp
 template <typename M>
 constexpr int kStepK = 64 / int(sizeof(StorageOf<M>));
 
+// 16 bytes from global to shared memory without passing through registers (sm_80); zeros when
+// !valid (src is then not read but must be a valid address).
+__device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  const unsigned address = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
+               "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
 // Tensor-core primitives of BlockMma's raw path (sm_80): four 8x8 matrices of 16-bit elements
 // from shared memory (lanes 8j..8j+7 give the row addresses of matrix j; .trans transposes each),
 // and D += A B on a 16x8x16 bf16 tile with float accumulation. Fragment layouts: PTX ISA, "Matrix
@@ -76,6 +98,17 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const unsigned (
                                                  unsigned b0, unsigned b1) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// The same for f16 operands (halo_conv.cu).
+__device__ __forceinline__ void mma_f16_16x8x16(float (&d)[4], const unsigned (&a)[4],
+                                                unsigned b0, unsigned b1) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
       "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

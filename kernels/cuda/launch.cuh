@@ -2,6 +2,7 @@
 // indices, division by a fixed divisor, the device error flag, and reductions over a warp, a
 // block and a whole grid in a fixed order (deterministic results, no float atomics).
 #pragma once
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -70,6 +71,33 @@ struct Divider<int64_t> {
   explicit Divider(int64_t d) : divisor(d) {}
   __host__ __device__ __forceinline__ int64_t div(int64_t n) const { return n / divisor; }
 };
+
+// Lets kKernel take `bytes` of dynamic shared memory on the current device (past 48 KB a kernel
+// must opt in). The attribute belongs to each device's copy of the kernel, so it is set once per
+// device, not once per process: a data-parallel run launches the same kernel on several. A
+// failure is left to show as the launch's error.
+template <auto kKernel>
+void allow_dynamic_shared_memory(int bytes) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> allowed[kDevices];  // bytes already allowed, per device ordinal
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const bool tracked = device >= 0 && device < kDevices;
+  if (tracked && allowed[device].load(std::memory_order_relaxed) >= bytes) return;
+  if (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (tracked) {
+    int seen = allowed[device].load(std::memory_order_relaxed);
+    while (seen < bytes && !allowed[device].compare_exchange_weak(seen, bytes)) {
+    }
+  }
+}
 
 // Reports bad data met by a kernel (Device::error_flag): the first report sets the code, and
 // its writer the value; the front turns it into a BackendError at the next synchronize.

@@ -1,0 +1,37 @@
+// The gathered product of a stride-1 implicit-GEMM convolution (forward, or the data gradient as
+// a forward over dy with the flipped kernel), one image's output rows per block, for 16-bit
+// operands (kernels/cuda/implicit_conv.h says what the product is).
+//
+// implicit_conv.cu's gather kernel copies a [positions x 32 channels] tile of the patch matrix
+// from L2 for every tap: a 3x3 kernel reads each input value nine times, and ncu put its 28x28
+// forward at 57% of L2 throughput and 6% of DRAM's (H100). Here a block takes `rows` whole
+// output rows of one image and copies their input window once: the rows plus KH - 1 halo rows,
+// the width plus KW - 1 columns. Tap (r, s) of output position (oy, ox) is window position
+// (oy + r, ox + s), so each tap's B operand is the window read at a shift: ldmatrix takes one row
+// address per lane, and each lane adds the tap's shift to its positions' window offsets. The
+// kernel's rows for the block's BM output channels are copied alongside. Output is NCHW + bias,
+// rounded once, as the gather kernel's. ResNet bf16 step on an H100: 1.30 -> 1.23 ms (the 28x28
+// products 43 -> 30 us, 14x14 33 -> 29).
+#pragma once
+#include <cstdint>
+
+#include "trident/core/dtype.h"
+#include "trident/kernels/cuda/kernel_context.h"
+
+namespace trident::cuda {
+
+// in[N, XH, XW, XC] (NHWC) through a KH x KW window, stride 1, padding PH / PW; outputs YH x YW
+// per sample.
+struct ConvGather {
+  int xc, xh, xw, kh, kw, ph, pw, yh, yw;
+};
+
+// out[N, M, YH, YW] = w_t[M, KH, KW, XC] applied to in (+ bias[m] when bias is not null), for
+// dtype bf16 or f16. Returns false, launching nothing, where these kernels do not take the shape
+// (XC not a multiple of 32, M over 64, a row wider than a block's positions, too much shared
+// memory); the caller then uses the gather kernel.
+bool launch_halo_gather(const KernelContext& ctx, DType dtype, const void* in_t, const void* w_t,
+                        const float* bias, void* out, const ConvGather& g, int64_t batch,
+                        int64_t m_total);
+
+}  // namespace trident::cuda
