@@ -267,8 +267,9 @@ void launch_kernel(const KernelContext& ctx, HaloPlan p, const void* in_t, const
                    const float* bias, void* out, const ConvGather& g, int64_t m_total) {
   constexpr auto kernel = halo_gather_kernel<S, BM, k3x3>;
   // A block per tile (one window each), except where the kernel's rows outweigh a window: then
-  // as many blocks as are resident, each copying A once for several tiles (ResNet, H100: 14x14
-  // 64->64 29.8 -> 28.3 us; 28x28 32->32, whose A is smaller than a window, 27 -> 30 us).
+  // as many blocks as are resident, each copying A once for several tiles (ResNet, H100, an
+  // earlier form of this kernel: 14x14 64->64 29.8 -> 28.3 us that way; 28x28 32->32, whose A
+  // is smaller than a window, 27 -> 30 us, where the hardware's own block order balanced better).
   int blocks = p.tiles;
   if (p.a_bytes > p.w_bytes) {
     int per_sm = 1;
