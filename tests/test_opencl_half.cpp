@@ -176,35 +176,68 @@ void check_channel(Device& d, DType t, ChannelShape cs) {
   TRIDENT_CHECK_CLOSE(sums16.to_host(), sums32.to_host(), float_tolerance(outer * inner));
 }
 
-void check_conv(Device& d, DType t) {
+// 2 x 3 x 7 x 6 -> 4 channels, 3x3, padding 1.
+Conv2dShape small_conv() {
   Conv2dShape s;
   s.batch = 2, s.in_channels = 3, s.height = 7, s.width = 6, s.out_channels = 4;
   s.kernel_h = 3, s.kernel_w = 3, s.pad_h = 1, s.pad_w = 1;
-  Conv2dShape s16 = s;
-  s16.dtype = t;
+  return s;
+}
+
+// A 16-bit convolution against the same device's float32 one from the same rounded inputs. y is
+// rounded once, dw and db are float sums of the same products. Where the GEMM engine takes 16-bit
+// products (the tensor-core kernel on NVIDIA GPUs, or the own kernel by policy;
+// backends/opencl/ops_conv2d.cpp) the columns are 16-bit too: dx's columns are then rounded to t
+// before col2im adds them, so a dx value may be off by u times the sum of |w| |dy| over what
+// reaches it (that float32 convolution's dx on absolute values), plus its own rounding.
+// act_columns: the caller forced such a policy, and the 16-bit layout must have been chosen.
+void check_conv(Device& d, DType t, const Conv2dShape& shape, bool act_columns) {
+  Conv2dShape s = shape, s16 = shape;
+  s.dtype = DType::f32, s16.dtype = t;
   const int64_t oh = s.out_height(), ow = s.out_width();
-  const Pair x = random_pair(d, {s.batch, s.in_channels, s.height, s.width}, t, 31);
-  const Pair w = random_pair(d, {s.out_channels, s.patch_size()}, t, 32);
-  const Tensor b = testing::upload(d, testing::random_floats(size_t(s.out_channels), 33));
-  const Pair y = empty_pair(d, {s.batch, s.out_channels, oh, ow}, t);
-  const auto workspace = [&](const Conv2dShape& shape) {
-    return Tensor::zeros(d, {int64_t(d.conv2d_workspace_bytes(shape) / 4 + 1)});
+  const Shape xs{s.batch, s.in_channels, s.height, s.width}, ys{s.batch, s.out_channels, oh, ow};
+  const Shape ws{s.out_channels, s.patch_size()};
+  const Pair x = random_pair(d, xs, t, 51), w = random_pair(d, ws, t, 52);
+  const Pair dy = random_pair(d, ys, t, 53);
+  const Tensor b = testing::upload(d, testing::random_floats(size_t(s.out_channels), 54));
+  const auto workspace = [&](const Conv2dShape& c) {
+    return Tensor::zeros(d, {int64_t(d.conv2d_workspace_bytes(c) / 4 + 1)});
   };
+  // 16-bit columns and no float32 copy of w: less workspace than float32 itself takes.
+  if (act_columns) REQUIRE(d.conv2d_workspace_bytes(s16) < d.conv2d_workspace_bytes(s));
   const Tensor ws32 = workspace(s), ws16 = workspace(s16);
+  const Pair y = empty_pair(d, ys, t), dx = empty_pair(d, xs, t);
+  const Tensor dw32 = Tensor::zeros(d, {s.weight_numel()});
+  const Tensor dw16 = Tensor::zeros(d, {s.weight_numel()});
+  const Tensor db32 = Tensor::zeros(d, {s.out_channels}), db16 = Tensor::zeros(d, {s.out_channels});
   d.conv2d_forward(s, x.f32, w.f32, b, y.f32, ws32);
   d.conv2d_forward(s16, x.half, w.half, b, y.half, ws16);
-  TRIDENT_CHECK_CLOSE(y.half.to_host(), y.f32.to_host(), half_tolerance(t, s.patch_size() + 1));
-  const Pair dy = random_pair(d, {s.batch, s.out_channels, oh, ow}, t, 34);
-  const Pair dx = empty_pair(d, {s.batch, s.in_channels, s.height, s.width}, t);
-  const Tensor dw32 = Tensor::zeros(d, {s.weight_numel()}), dw16 = Tensor::zeros(d, {s.weight_numel()});
-  const Tensor db32 = Tensor::zeros(d, {s.out_channels}), db16 = Tensor::zeros(d, {s.out_channels});
   d.conv2d_backward(s, x.f32, w.f32, dy.f32, dx.f32, dw32, db32, ws32);
   d.conv2d_backward(s16, x.half, w.half, dy.half, dx.half, dw16, db16, ws16);
   const int64_t positions = s.batch * oh * ow;
-  TRIDENT_CHECK_CLOSE(dx.half.to_host(), dx.f32.to_host(),
-                      half_tolerance(t, s.out_channels * s.kernel_h * s.kernel_w));
+  TRIDENT_CHECK_CLOSE(y.half.to_host(), y.f32.to_host(), half_tolerance(t, s.patch_size() + 1));
   TRIDENT_CHECK_CLOSE(dw16.to_host(), dw32.to_host(), float_tolerance(positions));
   TRIDENT_CHECK_CLOSE(db16.to_host(), db32.to_host(), float_tolerance(positions));
+  // sum |w| |dy| per dx value: the float32 data gradient of the absolute values.
+  auto absolute = [](std::vector<float> v) {
+    for (float& e : v) e = std::fabs(e);
+    return v;
+  };
+  const Tensor aw = Tensor::from_host(d, ws, absolute(w.f32.to_host()));
+  const Tensor ady = Tensor::from_host(d, ys, absolute(dy.f32.to_host()));
+  const Tensor adx = Tensor::zeros(d, xs), scratch_dw = Tensor::zeros(d, {s.weight_numel()});
+  d.conv2d_backward(s, x.f32, aw, ady, adx, scratch_dw, Tensor(), ws32);
+  const std::vector<float> got = dx.half.to_host(), want = dx.f32.to_host(), mag = adx.to_host();
+  const double u = unit_roundoff(t);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = u * (double(mag[i]) + std::fabs(double(want[i]))) +
+                         4.0 * unit_roundoff(DType::f32) * double(mag[i]) + 1e-6;
+    if (!(std::fabs(double(got[i]) - double(want[i])) <= bound) && bad++ == 0) first = i;
+  }
+  INFO("dx: " << bad << " of " << got.size() << " off; first at " << first << ": got "
+              << got[first] << ", want " << want[first] << ", sum |w| |dy| " << mag[first]);
+  CHECK(bad == 0);
 }
 
 void check_pool(Device& d, DType t) {
@@ -418,7 +451,7 @@ TEST_CASE("opencl half: every op family in bf16 and fp16 matches float32 within 
         SECTION("channel") {
           for (ChannelShape cs : kChannelShapes) check_channel(*d, t, cs);
         }
-        SECTION("conv2d") { check_conv(*d, t); }
+        SECTION("conv2d") { check_conv(*d, t, small_conv(), false); }
         SECTION("pool") { check_pool(*d, t); }
         SECTION("batchnorm") {
           for (ChannelShape cs : kChannelShapes) check_batchnorm(*d, t, cs);
@@ -434,7 +467,8 @@ TEST_CASE("opencl half: every op family in bf16 and fp16 matches float32 within 
 // through float32); the own kernel is forced here, whole and split along K. One tile shape: the
 // 16-bit loads and stores are the same code in every shape (tests/test_opencl_backend.cpp covers
 // the shapes in float32), and each shape costs PoCL four more programs to build (~20 s each).
-TEST_CASE("opencl half: the own tiled GEMM on 16-bit operands accumulates in float",
+TEST_CASE("opencl half: the own tiled GEMM on 16-bit operands accumulates in float, and "
+          "convolutions on it keep 16-bit columns",
           "[opencl][half][gemm]") {
   if (opencl_devices().empty()) WARN("SKIPPED: no OpenCL device");
   // The last two: the tensor-core kernel (gemm.cl -DMMA), its instruction emulated where the
@@ -469,6 +503,17 @@ TEST_CASE("opencl half: the own tiled GEMM on 16-bit operands accumulates in flo
         device->gemm(g);
         const float want = t == DType::f16 ? 2050.0f : float(k) * round_to(t, 1.0f + 1.0f / 1024.0f);
         CHECK(c.to_host()[0] == Approx(want).epsilon(1e-6));
+        // Convolutions then keep 16-bit columns: one GEMM for the weight gradient, and (batch
+        // 8, 512 columns) its split-K slices; stride 2 for col2im.
+        const Conv2dShape small = small_conv();
+        Conv2dShape strided = small;
+        strided.batch = 8, strided.in_channels = 8, strided.height = strided.width = 16;
+        strided.out_channels = 8, strided.stride_h = strided.stride_w = 2;
+        for (const Conv2dShape& shape : {small, strided}) {
+          INFO("conv2d N=" << shape.batch << " C=" << shape.in_channels << " stride "
+                           << shape.stride_h);
+          check_conv(*device, t, shape, true);
+        }
       }
   }
 }

@@ -93,17 +93,19 @@ bool GemmEngine::own_kernel_takes(double work) const {
   return work <= policy_.max_work && (policy_.explicit_limit || is_gpu_);
 }
 
+bool GemmEngine::takes_16bit(const TiledGemm& t) const {
+  const double work =
+      double(t.m) * double(t.n) * double(std::max<size_t>(t.k, 1)) * double(t.batch);
+  return (tensor_cores_for(t) || own_kernel_takes(work)) && tile_variant(t) >= 0;
+}
+
 bool GemmEngine::gemm(const GemmCall& g) {
   TiledGemm t = TiledGemm::of(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b,
                               g.ldb, g.beta, g.c, g.ldc);
   t.ab_type = g.ab_type;
   t.c_type = g.c_type;
-  if (g.ab_type != DType::f32) {
-    // 16-bit operands: the own kernel for the whole product (and its split-K slices, which fit
-    // wherever the whole does), or nothing.
-    const double work = double(g.m) * double(g.n) * double(std::max<size_t>(g.k, 1));
-    if (!(tensor_cores_for(t) || own_kernel_takes(work)) || tile_variant(t) < 0) return false;
-  }
+  // 16-bit operands: the own kernel for the whole product, or nothing.
+  if (g.ab_type != DType::f32 && !takes_16bit(t)) return false;
   if (split_k(g)) return true;  // epilogue included
   // One launch with the bias and ReLU fused, when the own kernel takes this shape; another
   // activation then takes one epilogue pass.

@@ -89,6 +89,10 @@ class GemmEngine {
   // nothing queued, when the policy or shape leaves such a product to CLBlast (the caller then
   // stages it through float32).
   bool gemm(const GemmCall& g);
+  // Whether gemm() takes `t`'s 16-bit product (rather than returning false): the tensor-core
+  // kernel, or the policy, runs it on the own kernel, and its indices fit that kernel. A split-K
+  // slice fits wherever the whole product does.
+  bool takes_16bit(const TiledGemm& t) const;
   // C = alpha op(A) op(B) + beta C alone in float32, own kernel or CLBlast.
   void plain(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,

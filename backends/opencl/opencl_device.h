@@ -121,8 +121,8 @@ class OpenClDevice final : public Device {
  private:
   // The device's error flag as a kernel argument (core/device.h).
   BufferArg error_flag_arg();
-  // The float32 weights a convolution's GEMMs multiply (ops_conv2d.cpp).
-  DeviceMemory conv_weights(const Conv2dShape& s, const Tensor& w, const Tensor& workspace);
+  // The float32 weights a convolution's float32 GEMMs multiply (ops_conv2d.cpp).
+  DeviceMemory conv_weights(const Tensor& w, const Tensor& workspace, size_t w32_offset);
   // How to cut per-channel reductions of this shape; `floats_per_partial` partial values per
   // (piece, channel) and `reserved` more floats must fit in the reduction scratch.
   ChannelSplit channel_split(int64_t outer, int64_t channels, int64_t inner,

@@ -2,7 +2,8 @@
 // work on "channel-major" matrices, the im2col columns [C*KH*KW + 1, L] (im2col.cl) and the
 // product [OC, L], L = N*OH*OW, column j = n*OH*OW + oh*OW + ow, so that one GEMM covers every
 // image of the batch; these kernels move between that layout and NCHW. y and dy are act_t
-// (storage.cl); the workspace matrices, weights' gradients and biases float.
+// (storage.cl); the columns and the product act_t in 16-bit runs whose GEMMs take 16-bit
+// operands (col_act), else float; weights' gradients and biases float.
 
 // y[n, oc, p] = product[oc, n*plane + p] + bias[oc] (has_bias == 0: no bias); plane = OH*OW.
 // Only where CLBlast ran the forward GEMM: the own GEMM writes NCHW and the bias itself.
@@ -18,14 +19,15 @@ __kernel void conv_output_nchw(__global const float* product, ulong product_off,
 }
 
 // dyt[oc, n*plane + p] = dy[n, oc, p]: the output gradient in the GEMMs' channel-major layout.
+// dyt is act_t or float as the columns are (col_act, storage.cl).
 __kernel void conv_grad_channel_major(__global const act_t* dy, ulong dy_off,
-                                      __global float* dyt, ulong dyt_off, uint batch,
-                                      uint out_channels, uint plane) {
+                                      __global uchar* dyt, ulong dyt_off, uint batch,
+                                      uint out_channels, uint plane, int col_act) {
   const uint cols = batch * plane;
   const uint i = get_global_id(0);
   if (i >= out_channels * cols) return;
   const uint oc = i / cols, j = i - oc * cols, n = j / plane, p = j - n * plane;
-  dyt[dyt_off + i] = LOAD(dy, dy_off + (n * out_channels + oc) * plane + p);
+  COL_STORE(dyt, dyt_off + i, LOAD(dy, dy_off + (n * out_channels + oc) * plane + p), col_act);
 }
 
 // dw[oc, t] (t < taps - 1) and db[oc] (t = taps - 1: the ones row's column) = the sums over

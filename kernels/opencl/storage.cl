@@ -69,3 +69,16 @@ typedef float act_t;
 #define LOAD(p, i) LOAD_F32(p, i)
 #define STORE(p, i, v) STORE_F32(p, i, v)
 #endif
+
+// The convolution's workspace matrices (im2col.cl, conv2d.cl) hold act_t where col_act is set
+// (16-bit runs whose GEMMs multiply 16-bit operands), else float (float32 GEMMs); m is the
+// buffer as raw bytes, i an element index.
+#define COL_LOAD(m, i, col_act) \
+  ((col_act) ? LOAD((__global const act_t*)(m), (i)) : ((__global const float*)(m))[i])
+#define COL_STORE(m, i, v, col_act)                \
+  do {                                             \
+    if (col_act)                                   \
+      STORE((__global act_t*)(m), (i), (v));       \
+    else                                           \
+      ((__global float*)(m))[i] = (v);             \
+  } while (0)
