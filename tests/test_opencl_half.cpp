@@ -20,6 +20,7 @@
 #include "trident/models/trainer.h"
 #include "trident/models/zoo.h"
 #include "tests/conformance.h"
+#include "tests/dtype_check.h"
 #include "tests/test_data.h"
 
 using namespace trident;
@@ -219,12 +220,8 @@ void check_conv(Device& d, DType t, const Conv2dShape& shape, bool act_columns) 
   TRIDENT_CHECK_CLOSE(dw16.to_host(), dw32.to_host(), float_tolerance(positions));
   TRIDENT_CHECK_CLOSE(db16.to_host(), db32.to_host(), float_tolerance(positions));
   // sum |w| |dy| per dx value: the float32 data gradient of the absolute values.
-  auto absolute = [](std::vector<float> v) {
-    for (float& e : v) e = std::fabs(e);
-    return v;
-  };
-  const Tensor aw = Tensor::from_host(d, ws, absolute(w.f32.to_host()));
-  const Tensor ady = Tensor::from_host(d, ys, absolute(dy.f32.to_host()));
+  const Tensor aw = Tensor::from_host(d, ws, testing::absolute(w.f32.to_host()));
+  const Tensor ady = Tensor::from_host(d, ys, testing::absolute(dy.f32.to_host()));
   const Tensor adx = Tensor::zeros(d, xs), scratch_dw = Tensor::zeros(d, {s.weight_numel()});
   d.conv2d_backward(s, x.f32, aw, ady, adx, scratch_dw, Tensor(), ws32);
   const std::vector<float> got = dx.half.to_host(), want = dx.f32.to_host(), mag = adx.to_host();
