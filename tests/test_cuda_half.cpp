@@ -263,7 +263,12 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         // halo_conv.cu): blocks walk several images, copying the next window
                         // while they multiply (32 channels: two windows a block; 64: one).
                         {600, 32, 10, 10, 32, 3, 1, 1, true},
-                        {300, 64, 10, 10, 64, 3, 1, 1, false}};
+                        {300, 64, 10, 10, 64, 3, 1, 1, false},
+                        // The weight gradient's halo windows (halo_wgrad.cu): images in two
+                        // tiles, the second shorter; K rounded past the rows; 64 input channels
+                        // in two chunks and 96 output channels in three blocks; no padding.
+                        {6, 64, 23, 17, 96, 3, 1, 1, false},
+                        {4, 32, 20, 21, 64, 3, 1, 0, true}};
   for (DType t : kHalves)
     for (const Case& c : cases)
       agree_with_cpu("conv2d", t, 8.0, [&](Device& d, DType type) {

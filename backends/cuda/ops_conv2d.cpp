@@ -36,8 +36,8 @@
 // the forward, the data gradient (the flipped kernel over dy) and the weight gradient (float32
 // partials over slices of the positions, summed in a fixed order); db by channel_sums. The
 // workspace then holds x in NHWC, which the backward reuses. 16-bit forward and data-gradient
-// products with up to 64 output channels copy each block's input rows once for all taps
-// (kernels/cuda/halo_conv.h).
+// products with up to 64 output channels, and 16-bit 3x3 weight gradients, copy each block's
+// input rows once for all taps (kernels/cuda/halo_conv.h).
 #include <algorithm>
 #include <type_traits>
 

@@ -54,15 +54,6 @@ struct HaloPlan {
   bool pairs;    // out and every row's first position on 4 bytes: results stored in pairs
 };
 
-template <typename S>
-__device__ __forceinline__ void mma16x8x16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                           unsigned b1) {
-  if constexpr (std::is_same_v<S, Bf16>)
-    tile_mma::mma_bf16_16x8x16(d, a, b0, b1);
-  else
-    tile_mma::mma_f16_16x8x16(d, a, b0, b1);
-}
-
 // k3x3: the kernel is 3x3 (the tap loop unrolled, so that the next tap's fragments load while
 // this tap multiplies), else any KH x KW.
 template <typename S, int BM, bool k3x3>
@@ -157,8 +148,8 @@ __global__ void __launch_bounds__(kThreads, BM == 32 ? 3 : 2)
               load_matrices(b, h_tap + b_row[j] + k, false);
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                mma16x8x16<S>(acc[i][2 * j], af[i], b[0], b[1]);
-                mma16x8x16<S>(acc[i][2 * j + 1], af[i], b[2], b[3]);
+                tile_mma::mma_16x8x16<S>(acc[i][2 * j], af[i], b[0], b[1]);
+                tile_mma::mma_16x8x16<S>(acc[i][2 * j + 1], af[i], b[2], b[3]);
               }
             }
           }
@@ -200,24 +191,6 @@ __global__ void __launch_bounds__(kThreads, BM == 32 ? 3 : 2)
 #endif
 }
 
-// The current device's shared memory: what a block may opt in to, and an SM's.
-struct SharedMemory {
-  int per_block = 48 * 1024, per_sm = 48 * 1024;
-};
-SharedMemory shared_memory() {
-  SharedMemory m;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&m.per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&m.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();
-    return SharedMemory{};
-  }
-  return m;
-}
-
 // The plan for BM, or false where the shape does not fit these kernels (A and one window must
 // fit in shared memory).
 template <int BM>
@@ -245,7 +218,7 @@ bool make_plan(const ConvGather& g, int64_t batch, HaloPlan& p) {
   const int64_t chunks = g.xc / kChunk;
   const int64_t a_bytes = round(chunks * p.a_chunk * 2);
   const int64_t w_bytes = round(chunks * p.w_chunk * 2);
-  const SharedMemory memory = shared_memory();
+  const SharedMemory memory = device_shared_memory();
   const int64_t most = memory.per_block;
   if (a_bytes + w_bytes > most) return false;
   p.a_bytes = int(a_bytes);

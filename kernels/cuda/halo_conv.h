@@ -1,6 +1,7 @@
-// The gathered product of a stride-1 implicit-GEMM convolution (forward, or the data gradient as
-// a forward over dy with the flipped kernel), one image's output rows per block, for 16-bit
-// operands (kernels/cuda/implicit_conv.h says what the product is).
+// Halo-window products of a stride-1 implicit-GEMM convolution for 16-bit operands
+// (kernels/cuda/implicit_conv.h says what the products are): the gathered product (forward, or
+// the data gradient as a forward over dy with the flipped kernel), and the weight gradient of a
+// 3x3 kernel (halo_wgrad.cu says how).
 //
 // implicit_conv.cu's gather kernel copies a [positions x 32 channels] tile of the patch matrix
 // from L2 for every tap: a 3x3 kernel reads each input value nine times, and ncu put its 28x28
@@ -33,5 +34,18 @@ struct ConvGather {
 bool launch_halo_gather(const KernelContext& ctx, DType dtype, const void* in_t, const void* w_t,
                         const float* bias, void* out, const ConvGather& g, int64_t batch,
                         int64_t m_total);
+
+// The weight gradient's slices for a 3x3 kernel: dw[M, XC, 3, 3] = sum over samples and output
+// positions of dy[n, m, oy, ox] in[n, oy - PH + r, ox - PW + s, c], with in as above and dy_t
+// [N, YH, YW, M] (NHWC). halo_wgrad_splits: the number of float32 partials [M, XC * 9] ((c, r,
+// s) order) the kernel writes, a function of the shape and the SM count only; 0 where it does
+// not take the shape (dtype not bf16 or f16, not 3x3, XC or M not a multiple of 32, a row over
+// 256 positions, a tile over 96 KB of shared memory). launch_halo_wgrad writes `splits` (what
+// halo_wgrad_splits gave) partials from partials[0] on, for launch_conv_grad_reduce to sum.
+int64_t halo_wgrad_splits(int sms, DType dtype, const ConvGather& g, int64_t batch,
+                          int64_t m_total);
+void launch_halo_wgrad(const KernelContext& ctx, DType dtype, const void* x_t, const void* dy_t,
+                       float* partials, const ConvGather& g, int64_t batch, int64_t m_total,
+                       int64_t splits);
 
 }  // namespace trident::cuda

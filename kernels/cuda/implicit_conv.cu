@@ -356,11 +356,13 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
   const int64_t tiles = ((s.out_channels + bm - 1) / bm) *
                         ((s.patch_size() + kWgradBN - 1) / kWgradBN);
   const int64_t positions = s.batch * s.out_height() * s.out_width();
-  // About four blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
+  // The halo-window kernel's slices where it takes the shape (halo_conv.h); else about four
+  // blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
+  ws.splits = halo_wgrad_splits(sms, s.dtype, forward_gather(s), s.batch, s.out_channels);
   const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles;
   const int64_t most = std::max<int64_t>(1, positions / (8 * kSliceRound));
   const int64_t memory = std::max<int64_t>(1, (int64_t(64) << 20) / (4 * s.weight_numel()));
-  ws.splits = std::max<int64_t>(1, std::min({want, most, memory}));
+  if (ws.splits == 0) ws.splits = std::max<int64_t>(1, std::min({want, most, memory}));
   ws.x_t = 0;
   ws.dy_t = size_t(round_bytes(s.input_numel() * element));
   ws.w_t = ws.dy_t + size_t(round_bytes(s.output_numel() * element));
@@ -404,18 +406,27 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
       transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
     transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
                  s.out_height() * s.out_width());
-    with_block_rows(s.out_channels, [&](auto bm) {
-      constexpr int BM = decltype(bm)::value;
-      constexpr int BN = kWgradBN;
-      using Mma = BlockMma<M, BM, BN, true, false, kWgradStages>;
-      const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
-                      unsigned(ws.splits));
-      launch_with_smem<wgrad_conv_kernel<M, BM>>(
-          Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid, ctx.stream,
-          static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
-          static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
-          forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
-    });
+    // 16-bit 3x3 kernels on halo windows where that kernel takes the shape (its slices sized
+    // the workspace then), else the tile-per-step kernel here.
+    const bool halo = halo_wgrad_splits(ctx.sms, s.dtype, forward_gather(s), s.batch,
+                                        s.out_channels) > 0;
+    if (halo) {
+      launch_halo_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
+                        forward_gather(s), s.batch, s.out_channels, ws.splits);
+    } else {
+      with_block_rows(s.out_channels, [&](auto bm) {
+        constexpr int BM = decltype(bm)::value;
+        constexpr int BN = kWgradBN;
+        using Mma = BlockMma<M, BM, BN, true, false, kWgradStages>;
+        const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
+                        unsigned(ws.splits));
+        launch_with_smem<wgrad_conv_kernel<M, BM>>(
+            Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid, ctx.stream,
+            static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
+            static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
+            forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
+      });
+    }
     if (!dx) return;
     const unsigned flip_blocks = unsigned(
         std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));

@@ -17,7 +17,8 @@
 //                    sums (launch_conv_grad_reduce).
 // The 16-bit forward and data-gradient products go to kernels/cuda/halo_conv.h's halo-window
 // kernels where those take the shape (up to 64 output channels, a row within a block's
-// positions), else to the tile-per-step gather kernel here. Needs sm_80 or later code in the
+// positions), else to the tile-per-step gather kernel here; so does a 16-bit 3x3 kernel's
+// weight gradient (its slices are then the halo kernel's blocks). Needs sm_80 or later code in the
 // binary (implicit_conv_available()).
 #pragma once
 #include <cstddef>

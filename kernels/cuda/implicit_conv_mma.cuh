@@ -115,6 +115,16 @@ __device__ __forceinline__ void mma_f16_16x8x16(float (&d)[4], const unsigned (&
 #endif
 }
 
+// D += A B on a 16x8x16 tile of 16-bit operands S (Bf16 or F16), float32 accumulation.
+template <typename S>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                            unsigned b1) {
+  if constexpr (std::is_same_v<S, Bf16>)
+    mma_bf16_16x8x16(d, a, b0, b1);
+  else
+    mma_f16_16x8x16(d, a, b0, b1);
+}
+
 // One 8-warp block's accumulators and its multiply over one step's tiles in shared memory.
 // A is [BM][kBK + pad] (row-major) or, kAColMajor, [kBK][BM + pad]; B is [kBK][kBN + pad]
 // (row-major) or, kBColMajor, [kBN][kBK + pad].

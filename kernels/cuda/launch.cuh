@@ -99,6 +99,25 @@ void allow_dynamic_shared_memory(int bytes) {
   }
 }
 
+// The current device's shared memory: what a block may opt in to, and an SM's (48 KB each where
+// the device cannot be asked).
+struct SharedMemory {
+  int per_block = 48 * 1024, per_sm = 48 * 1024;
+};
+inline SharedMemory device_shared_memory() {
+  SharedMemory m;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&m.per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&m.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return SharedMemory{};
+  }
+  return m;
+}
+
 // Reports bad data met by a kernel (Device::error_flag): the first report sets the code, and
 // its writer the value; the front turns it into a BackendError at the next synchronize.
 __device__ __forceinline__ void raise_error(int32_t* flag, DeviceErrorCode code, int64_t value) {
