@@ -268,7 +268,10 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         // tiles, the second shorter; K rounded past the rows; 64 input channels
                         // in two chunks and 96 output channels in three blocks; no padding.
                         {6, 64, 23, 17, 96, 3, 1, 1, false},
-                        {4, 32, 20, 21, 64, 3, 1, 0, true}};
+                        {4, 32, 20, 21, 64, 3, 1, 0, true},
+                        // 5x5: the tile-per-step weight gradient, its (r, s, c) partials
+                        // reordered by the reduction.
+                        {3, 32, 12, 11, 32, 5, 1, 2, true}};
   for (DType t : kHalves)
     for (const Case& c : cases)
       agree_with_cpu("conv2d", t, 8.0, [&](Device& d, DType type) {

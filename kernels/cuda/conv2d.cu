@@ -24,7 +24,7 @@ template <int kLanes>
 __global__ void __launch_bounds__(columns_per_block<kLanes>() * kLanes)
     conv_grad_reduce_kernel(const float* dw_part, int64_t samples, int64_t columns_total,
                             int64_t columns, int64_t patch, int64_t out_channels, bool transposed,
-                            float* dw, float* db, bool accumulate) {
+                            int64_t tap_major_channels, float* dw, float* db, bool accumulate) {
   constexpr int kColumns = columns_per_block<kLanes>();
   __shared__ float partial[kLanes][kColumns + 1];
   const int tx = threadIdx.x % kColumns, ty = threadIdx.x / kColumns;
@@ -46,7 +46,11 @@ __global__ void __launch_bounds__(columns_per_block<kLanes>() * kLanes)
   if (ty != 0 || column >= columns_total) return;
   // dw_part's element `column` of a sample is (oc, k), or (k, oc) when transposed.
   const int64_t oc = transposed ? column % out_channels : column / columns;
-  const int64_t k = transposed ? column / out_channels : column - oc * columns;
+  int64_t k = transposed ? column / out_channels : column - oc * columns;
+  if (tap_major_channels > 0 && k < patch) {  // (r, s, c) to (c, r, s)
+    const int64_t tap = k / tap_major_channels, c = k - tap * tap_major_channels;
+    k = c * (patch / tap_major_channels) + tap;
+  }
   float* out = k < patch ? dw + oc * patch + k : (db ? db + oc : nullptr);
   if (out) *out = accumulate ? *out + acc : acc;
 }
@@ -54,26 +58,28 @@ __global__ void __launch_bounds__(columns_per_block<kLanes>() * kLanes)
 template <int kLanes>
 void launch_reduce(const KernelContext& ctx, const float* dw_part, int64_t samples,
                    int64_t columns_total, int64_t columns, int64_t patch, int64_t out_channels,
-                   bool transposed, float* dw, float* db, bool accumulate) {
+                   bool transposed, int64_t tap_major_channels, float* dw, float* db,
+                   bool accumulate) {
   constexpr int kColumns = columns_per_block<kLanes>();
   const int64_t blocks = (columns_total + kColumns - 1) / kColumns;
   conv_grad_reduce_kernel<kLanes><<<unsigned(blocks), kColumns * kLanes, 0, ctx.stream>>>(
-      dw_part, samples, columns_total, columns, patch, out_channels, transposed, dw, db,
-      accumulate);
+      dw_part, samples, columns_total, columns, patch, out_channels, transposed,
+      tap_major_channels, dw, db, accumulate);
 }
 
 }  // namespace
 
 void launch_conv_grad_reduce(const KernelContext& ctx, const float* dw_part, int64_t samples,
                              int64_t out_channels, int64_t patch, bool bias_column,
-                             bool transposed, float* dw, float* db, bool accumulate) {
+                             bool transposed, float* dw, float* db, bool accumulate,
+                             int64_t tap_major_channels) {
   const int64_t columns = patch + (bias_column ? 1 : 0);
   const int64_t columns_total = out_channels * columns;
   if (columns_total <= 0) return;
   const int64_t lanes = (samples + kSamplesPerLane - 1) / kSamplesPerLane;  // at least
   auto launch = [&](auto kind) {
     launch_reduce<decltype(kind)::value>(ctx, dw_part, samples, columns_total, columns, patch,
-                                          out_channels, transposed, dw,
+                                          out_channels, transposed, tap_major_channels, dw,
                                           bias_column ? db : nullptr, accumulate);
   };
   if (lanes <= 1)

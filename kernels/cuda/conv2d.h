@@ -10,9 +10,12 @@ namespace trident::cuda {
 // dw_part is [samples, OC, columns] with columns = patch + 1 when bias_column (the last column
 // is then the per-sample bias gradient), else patch; transposed: [samples, columns, OC]. dw[OC,
 // patch] and db[OC] (unless null) = (accumulate ? themselves : 0) + the sums over the samples,
-// in a fixed order.
+// in a fixed order. tap_major_channels > 0: dw_part's patch columns are (r, s, c), c fastest
+// over that many channels (kernels/cuda/implicit_conv.cu's weight-gradient kernel), and are
+// written to dw's (c, r, s) order.
 void launch_conv_grad_reduce(const KernelContext& ctx, const float* dw_part, int64_t samples,
                              int64_t out_channels, int64_t patch, bool bias_column,
-                             bool transposed, float* dw, float* db, bool accumulate);
+                             bool transposed, float* dw, float* db, bool accumulate,
+                             int64_t tap_major_channels = 0);
 
 }  // namespace trident::cuda

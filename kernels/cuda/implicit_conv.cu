@@ -17,7 +17,7 @@
 //   out[n, m, oy, ox] (NCHW), coalesced along the positions, + bias[m], rounded once.
 // weight-gradient kernel: M = OC, N = (r, s, c), K = the positions of one slice of the batch.
 //   A[m, p] = dy_t[p, m]; B[p, j] = x_t gathered as above. Each slice writes float32 partials
-//   [slice, OC, C*KH*KW] in the kernel's own (c, r, s) order.
+//   [slice, OC, KH*KW*C] in the kernel's own (r, s, c) order.
 #include "trident/kernels/cuda/implicit_conv.h"
 
 #include <algorithm>
@@ -250,15 +250,16 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
   float* c = reinterpret_cast<float*>(smem);
   mma.store(c);
   __syncthreads();
+  // In the kernel's own (r, s, c) column order, so that a warp's stores are one run (in (c, r, s)
+  // order each was a sector of its own); launch_conv_grad_reduce reorders as it sums.
   float* out = partials + int64_t(blockIdx.z) * m_total * n_total;
   const int jj = j0 + tid % kBN;
   if (jj >= n_total) return;
-  const int out_tap = jj / g.xc, out_c = jj - out_tap * g.xc, at = out_c * taps + out_tap;
 #pragma unroll 4
   for (int row = tid / kBN; row < BM; row += kThreads / kBN) {
     const int m = m0 + row;
     if (m >= m_total) break;
-    out[int64_t(m) * n_total + at] = c[row * Mma::kLdc + tid % kBN];
+    out[int64_t(m) * n_total + jj] = c[row * Mma::kLdc + tid % kBN];
   }
 #endif
 }
@@ -309,6 +310,10 @@ Gather forward_gather(const Conv2dShape& s) {
 }
 
 int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+unsigned weight_blocks(const Conv2dShape& s) {  // for the kernels over the weights
+  return unsigned(std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
+}
 
 // The math tag of s (implicit_conv_fits) passed to f as a value.
 template <class F>
@@ -366,7 +371,8 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
   ws.x_t = 0;
   ws.dy_t = size_t(round_bytes(s.input_numel() * element));
   ws.w_t = ws.dy_t + size_t(round_bytes(s.output_numel() * element));
-  ws.partials = ws.w_t + size_t(round_bytes(s.weight_numel() * element));
+  ws.w_flip = ws.w_t + size_t(round_bytes(s.weight_numel() * element));
+  ws.partials = ws.w_flip + size_t(round_bytes(s.weight_numel() * element));
   ws.bytes = ws.partials + size_t(ws.splits * s.weight_numel()) * sizeof(float);
   return ws;
 }
@@ -380,7 +386,10 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
     using M = decltype(tag);
     using S = StorageOf<M>;
     transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
-    transpose<S>(ctx, w, workspace + ws.w_t, s.out_channels, s.in_channels, taps);
+    layout::arrange_weights_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
+        static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t),
+        reinterpret_cast<S*>(workspace + ws.w_flip), int(s.out_channels), int(s.in_channels),
+        int(taps));
     gather<M>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
               s.out_channels);
   });
@@ -399,6 +408,11 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
   const int64_t slice = (positions + ws.splits - 1) / ws.splits;
   const int64_t slice_positions = (slice + kSliceRound - 1) / kSliceRound * kSliceRound;
   float* partials = reinterpret_cast<float*>(workspace + ws.partials);
+  // 16-bit 3x3 kernels on halo windows where that kernel takes the shape (its slices sized the
+  // workspace then; partials in (c, r, s) column order), else the tile-per-step kernel here
+  // ((r, s, c) order).
+  const bool halo =
+      halo_wgrad_splits(ctx.sms, s.dtype, forward_gather(s), s.batch, s.out_channels) > 0;
   with_math(s, [&](auto tag) {
     using M = decltype(tag);
     using S = StorageOf<M>;
@@ -406,10 +420,6 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
       transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
     transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
                  s.out_height() * s.out_width());
-    // 16-bit 3x3 kernels on halo windows where that kernel takes the shape (its slices sized
-    // the workspace then), else the tile-per-step kernel here.
-    const bool halo = halo_wgrad_splits(ctx.sms, s.dtype, forward_gather(s), s.batch,
-                                        s.out_channels) > 0;
     if (halo) {
       launch_halo_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
                         forward_gather(s), s.batch, s.out_channels, ws.splits);
@@ -428,11 +438,10 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
       });
     }
     if (!dx) return;
-    const unsigned flip_blocks = unsigned(
-        std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
-    layout::flip_kernel<S><<<flip_blocks, 256, 0, ctx.stream>>>(
-        static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t), int(s.out_channels),
-        int(s.in_channels), int(taps));
+    if (!x_t_valid)  // else the forward left it
+      layout::flip_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
+          static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_flip),
+          int(s.out_channels), int(s.in_channels), int(taps));
     // dx[n, c, h, w] = sum over (oc, r, s) of w[oc, c, r, s] dy[n, oc, h + PH - r, w + PW - s]:
     // with r' = KH-1-r a forward product over dy, padding KH-1-PH, the flipped kernel.
     const Gather g{int(s.out_channels),
@@ -444,11 +453,11 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
                    int(s.kernel_w - 1 - s.pad_w),
                    int(s.height),
                    int(s.width)};
-    gather<M>(ctx, workspace + ws.dy_t, workspace + ws.w_t, nullptr, dx, g, s.batch,
+    gather<M>(ctx, workspace + ws.dy_t, workspace + ws.w_flip, nullptr, dx, g, s.batch,
               s.in_channels);
   });
   launch_conv_grad_reduce(ctx, partials, ws.splits, s.out_channels, ckk, false, false, dw,
-                          nullptr, false);
+                          nullptr, false, halo ? 0 : s.in_channels);
 }
 
 }  // namespace trident::cuda

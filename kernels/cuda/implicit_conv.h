@@ -35,19 +35,21 @@ bool implicit_conv_available();
 // f32 with allow_tf32), offsets within 32 bits.
 bool implicit_conv_fits(const Conv2dShape& s);
 
-// Workspace layout: x in NHWC, dy in NHWC, the rearranged kernel, the weight-gradient partials.
+// Workspace layout: x in NHWC, dy in NHWC, the kernel rearranged for the forward and flipped for
+// the data gradient, the weight-gradient partials.
 struct ImplicitConvWorkspace {
-  size_t x_t = 0, dy_t = 0, w_t = 0, partials = 0, bytes = 0;  // byte offsets; total
+  size_t x_t = 0, dy_t = 0, w_t = 0, w_flip = 0, partials = 0, bytes = 0;  // byte offsets; total
   int64_t splits = 1;  // slices of the positions the weight gradient is split over
 };
 // A function of the shape and the SM count only, so results do not depend on timing.
 ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s);
 
-// y from x (NCHW); leaves x in NHWC at ws.x_t, which the backward may reuse.
+// y from x (NCHW); leaves x in NHWC at ws.x_t and the flipped kernel at ws.w_flip, which the
+// backward may reuse.
 void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
                                   const void* w, const float* bias, void* y, char* workspace);
 // dw (float32, overwritten) and, when dx is not null, dx. x_t_valid: the workspace still holds x
-// in NHWC from the forward.
+// in NHWC and the flipped kernel from the forward.
 void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
                                    const void* w, const void* dy, void* dx, float* dw,
                                    char* workspace, bool x_t_valid);

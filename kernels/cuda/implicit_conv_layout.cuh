@@ -71,6 +71,22 @@ __global__ void flip_kernel(const S* __restrict__ w, S* __restrict__ w_t, int oc
   }
 }
 
+// w[oc, c, tap] (tap = r * KW + s) to the forward's w_t[oc, tap, c] and, where w_flip is not
+// null, to flip_kernel's w_flip[c, tap, oc] = w[oc, c, taps - 1 - tap] in the same pass: the
+// kernels are small enough that each of these launches cost about 3 us (ResNet, H100, ncu).
+template <typename S>
+__global__ void arrange_weights_kernel(const S* __restrict__ w, S* __restrict__ w_t,
+                                       S* __restrict__ w_flip, int oc_total, int c_total,
+                                       int taps) {
+  const int total = oc_total * c_total * taps;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const int tap = i % taps, rest = i / taps, c = rest % c_total, oc = rest / c_total;
+    const S v = w[i];
+    w_t[(oc * taps + tap) * c_total + c] = v;
+    if (w_flip) w_flip[(c * taps + taps - 1 - tap) * oc_total + oc] = v;
+  }
+}
+
 template <typename S>
 inline void transpose(const KernelContext& ctx, const void* src, void* dst, int64_t batches,
                       int64_t rows, int64_t cols) {
