@@ -198,7 +198,8 @@ void Device::invalidate_claims(DeviceMemory memory, size_t bytes) {
   for (size_t i = claims_.size(); i-- > 0;) {
     const WorkspaceClaim& c = claims_[i];
     if (overlaps(memory, bytes, c.workspace, c.workspace_bytes) ||
-        overlaps(memory, bytes, c.input, c.input_bytes))
+        overlaps(memory, bytes, c.input, c.input_bytes) ||
+        overlaps(memory, bytes, c.weights, c.weights_bytes))
       claims_.erase(claims_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 }

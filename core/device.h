@@ -379,7 +379,7 @@ class Device {
                                  const Tensor& b, const Tensor& y, const Tensor& workspace);
   // Default: per sample, im2col, dw += dy_n col_n^T, col2im(W^T dy_n); db by channel_sums.
   // workspace_valid: the workspace still holds what this backend's forward left there for the
-  // same x and shape. Returns whether it still does afterwards.
+  // same x, w and shape, neither written since. Returns whether it still does afterwards.
   virtual bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                   const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                   const Tensor& db, const Tensor& workspace,
@@ -401,13 +401,14 @@ class Device {
 
  private:
   friend class CachingAllocator;
-  // What a workspace holds after a conv2d_forward: the input it was computed from.
+  // What a workspace holds after a conv2d_forward: the input and kernel it was computed from (a
+  // backend may keep both: CUDA's implicit convolution keeps x in NHWC and the flipped kernel).
   struct WorkspaceClaim {
-    DeviceMemory workspace, input;
-    size_t workspace_bytes = 0, input_bytes = 0;
+    DeviceMemory workspace, input, weights;
+    size_t workspace_bytes = 0, input_bytes = 0, weights_bytes = 0;
     Conv2dShape shape;
   };
-  // Forgets the claims whose workspace or input overlaps [memory, memory + bytes).
+  // Forgets the claims whose workspace, input or kernel overlaps [memory, memory + bytes).
   void invalidate_claims(DeviceMemory memory, size_t bytes);
   void invalidate_claims(const Tensor& written);
   // Turns a raised error flag into a BackendError (and clears it).

@@ -535,7 +535,8 @@ void Device::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor&
   stage.finish();
   if (holds && workspace.defined()) {
     std::lock_guard<std::mutex> lock(claims_mutex_);
-    claims_.push_back({workspace.memory(), x.memory(), workspace.bytes(), x.bytes(), s});
+    claims_.push_back(
+        {workspace.memory(), x.memory(), w.memory(), workspace.bytes(), x.bytes(), w.bytes(), s});
   }
 }
 
@@ -567,8 +568,8 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
     for (int p = o + 1; p < 3; ++p)
       check.disjoint(output_names[o], *outputs[o], output_names[p], *outputs[p]);
   }
-  // Was the workspace left by a forward of this x and shape, untouched since? Take the claim:
-  // the backward may consume what it holds.
+  // Was the workspace left by a forward of this x, w and shape, none of them written since? Take
+  // the claim: the backward may consume what it holds.
   bool valid = false;
   if (workspace.defined()) {
     std::lock_guard<std::mutex> lock(claims_mutex_);
@@ -577,7 +578,9 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
       if (c.workspace.handle == workspace.memory().handle &&
           c.workspace.offset == workspace.memory().offset &&
           c.input.handle == x.memory().handle && c.input.offset == x.memory().offset &&
-          c.input_bytes == x.bytes() && same_shape(c.shape, s)) {
+          c.input_bytes == x.bytes() && c.weights.handle == w.memory().handle &&
+          c.weights.offset == w.memory().offset && c.weights_bytes == w.bytes() &&
+          same_shape(c.shape, s)) {
         valid = true;
         claims_.erase(claims_.begin() + static_cast<std::ptrdiff_t>(i));
         break;
@@ -596,7 +599,8 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
   stage.finish();
   if (valid && still_holds) {
     std::lock_guard<std::mutex> lock(claims_mutex_);
-    claims_.push_back({workspace.memory(), x.memory(), workspace.bytes(), x.bytes(), s});
+    claims_.push_back(
+        {workspace.memory(), x.memory(), w.memory(), workspace.bytes(), x.bytes(), w.bytes(), s});
   }
 }
 

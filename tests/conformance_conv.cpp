@@ -181,6 +181,12 @@ TEST_CASE("conformance: conv2d backward twice, after another forward into the sa
       device->conv2d_forward(s, x, w, b, y, workspace);
       device->conv2d_forward(s, other_x, w, b, y, workspace);
       backward_matches("backward after another input's forward reused the workspace");
+      // A forward with another kernel: what a backend keeps of the kernel (CUDA's implicit
+      // convolution: its flipped copy) is not w's.
+      Tensor other_w = Tensor::from_host(*device, {s.weight_numel()},
+                                         random_floats(size_t(s.weight_numel()), ++seed));
+      device->conv2d_forward(s, x, other_w, b, y, workspace);
+      backward_matches("backward with another kernel than the forward's");
       // An unrelated op overwrote the workspace.
       device->conv2d_forward(s, x, w, b, y, workspace);
       device->fill(workspace, 0.0f);

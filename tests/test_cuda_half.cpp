@@ -304,6 +304,36 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
       });
 }
 
+// The implicit convolution's forward leaves the flipped kernel in the workspace for the data
+// gradient: a backward given another kernel tensor, or the same one rewritten since, must not
+// take it (Device's workspace claims cover the kernel as well as x).
+TEST_CASE("cuda half: a convolution's backward takes the kernel it is given",
+          "[cuda][half][conv2d]") {
+  for (DType t : kHalves)
+    agree_with_cpu("conv2d backward, kernel changed", t, 8.0, [&](Device& d, DType type) {
+      Conv2dShape s;
+      s.batch = 4, s.in_channels = 32, s.height = 12, s.width = 12, s.out_channels = 32;
+      s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = 1, s.dtype = type;
+      const Tensor x = make(d, type, size_t(s.input_numel()), 41);
+      const Tensor w = make(d, type, size_t(s.weight_numel()), 42);
+      const Tensor other = make(d, type, size_t(s.weight_numel()), 43);
+      const Tensor dy = make(d, type, size_t(s.output_numel()), 44);
+      const Tensor y = Tensor::empty(d, {s.output_numel()}, type);
+      const Tensor dx = Tensor::empty(d, {s.input_numel()}, type);
+      const Tensor dw = Tensor::empty(d, {s.weight_numel()});
+      const Tensor ws = Tensor::empty(
+          d, {std::max<int64_t>(int64_t(d.conv2d_workspace_bytes(s)), 1)}, DType::u8);
+      d.conv2d_forward(s, x, other, Tensor(), y, ws);
+      d.conv2d_backward(s, x, w, dy, dx, dw, Tensor(), ws);  // another tensor than the forward's
+      Outputs out{dx.to_host()};
+      d.conv2d_forward(s, x, w, Tensor(), y, ws);
+      w.copy_from(other);  // the forward's kernel, rewritten
+      d.conv2d_backward(s, x, w, dy, dx, dw, Tensor(), ws);
+      out.push_back(dx.to_host());
+      return out;
+    });
+}
+
 TEST_CASE("cuda half: pooling agrees with the CPU", "[cuda][half][pool]") {
   struct Case {
     int64_t k, stride, pad;
