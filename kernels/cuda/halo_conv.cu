@@ -196,16 +196,9 @@ __global__ void __launch_bounds__(kThreads, BM == 32 ? 3 : 2)
 template <int BM>
 bool make_plan(const ConvGather& g, int64_t batch, HaloPlan& p) {
   constexpr int BN = kBN<BM>;
-  if (g.xc % 32 != 0 || g.yw > BN || g.yh <= 0 || g.yw <= 0) return false;
-  // Fewest tiles per image whose rows fit BN positions, the rows spread evenly over them.
-  p.groups = (g.yh * g.yw + BN - 1) / BN;
-  for (;; ++p.groups) {
-    p.rows = (g.yh + p.groups - 1) / p.groups;
-    if (p.rows * g.yw <= BN) break;
-  }
-  p.groups = (g.yh + p.rows - 1) / p.rows;
-  if (batch * p.groups >= int64_t(1) << 31) return false;
-  p.tiles = int(batch * p.groups);
+  RowTiles t;
+  if (g.xc % 32 != 0 || !row_tiles(g, batch, BN, t)) return false;
+  p.rows = t.rows, p.groups = t.groups, p.tiles = t.tiles;
   p.hc = g.yw + g.kw - 1;
   p.by_hc = Divider<int32_t>(p.hc);
   p.by_vecs = Divider<int32_t>(g.xc / 8);

@@ -27,6 +27,25 @@ struct ConvGather {
   int xc, xh, xw, kh, kw, ph, pw, yh, yw;
 };
 
+// The halo kernels' tiles: `rows` whole output rows of one image, at most max_positions
+// positions each, the fewest per image (`groups`) with the rows spread evenly over them; `tiles`
+// = batch * groups. False where one row is wider than max_positions or the tiles pass an int.
+struct RowTiles {
+  int rows = 0, groups = 0, tiles = 0;
+};
+inline bool row_tiles(const ConvGather& g, int64_t batch, int max_positions, RowTiles& t) {
+  if (g.yh <= 0 || g.yw <= 0 || g.yw > max_positions || batch <= 0) return false;
+  t.groups = (g.yh * g.yw + max_positions - 1) / max_positions;
+  for (;; ++t.groups) {
+    t.rows = (g.yh + t.groups - 1) / t.groups;
+    if (t.rows * g.yw <= max_positions) break;
+  }
+  t.groups = (g.yh + t.rows - 1) / t.rows;
+  if (batch * t.groups >= int64_t(1) << 31) return false;
+  t.tiles = int(batch * t.groups);
+  return true;
+}
+
 // out[N, M, YH, YW] = w_t[M, KH, KW, XC] applied to in (+ bias[m] when bias is not null), for
 // dtype bf16 or f16. Returns false, launching nothing, where these kernels do not take the shape
 // (XC not a multiple of 32, M over 64, a row wider than a block's positions, too much shared

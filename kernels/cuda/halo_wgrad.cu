@@ -179,18 +179,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 // The plan, or false where the shape does not fit this kernel.
 bool make_plan(const ConvGather& g, int64_t batch, int64_t m_total, WgradPlan& p) {
-  if (g.kh != 3 || g.kw != 3 || g.xc % kChunk != 0 || m_total % 32 != 0 || g.yh <= 0 ||
-      g.yw <= 0 || g.yw > kMaxPositions || batch <= 0)
+  RowTiles t;
+  if (g.kh != 3 || g.kw != 3 || g.xc % kChunk != 0 || m_total % BM != 0 ||
+      !row_tiles(g, batch, kMaxPositions, t))
     return false;
-  // Fewest tiles per image whose rows fit kMaxPositions, the rows spread evenly over them.
-  p.groups = (g.yh * g.yw + kMaxPositions - 1) / kMaxPositions;
-  for (;; ++p.groups) {
-    p.rows = (g.yh + p.groups - 1) / p.groups;
-    if (p.rows * g.yw <= kMaxPositions) break;
-  }
-  p.groups = (g.yh + p.rows - 1) / p.rows;
-  if (batch * p.groups >= int64_t(1) << 31) return false;
-  p.tiles = int(batch * p.groups);
+  p.rows = t.rows, p.groups = t.groups, p.tiles = t.tiles;
   p.k_steps = (p.rows * g.yw + 15) / 16;
   p.hc = g.yw + 2;
   p.window_rows = (p.k_steps * 16 - 1) / g.yw + 3;
