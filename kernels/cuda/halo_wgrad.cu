@@ -49,7 +49,7 @@ struct WgradPlan {
   int groups;       // tiles per image
   int tiles;        // batch * groups
   int hc;           // window columns: YW + 2
-  int window_rows;  // rows + 2, and one more where K's rounding reaches past the rows
+  int window_rows;  // rows + 2, and more where K's rounding to 16 reaches past the rows
   int k_steps;      // a full tile's positions (rows * YW) over 16, rounded up
   int ldd;          // a dy row: BM + 8 elements
   Divider<int32_t> by_hc;
