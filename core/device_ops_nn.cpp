@@ -24,6 +24,11 @@ bool same_shape(const Conv2dShape& a, const Conv2dShape& b) {
          a.pad_h == b.pad_h && a.pad_w == b.pad_w && a.dtype == b.dtype;
 }
 
+// Whether tensor t's memory begins where m does (a workspace claim's record of it).
+bool starts_at(const DeviceMemory& m, const Tensor& t) {
+  return m.handle == t.memory().handle && m.offset == t.memory().offset;
+}
+
 void check_conv(const OpCheck& check, const Conv2dShape& s) {
   check.nonnegative("batch", s.batch);
   check.positive("in_channels", s.in_channels);
@@ -177,11 +182,8 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
     std::lock_guard<std::mutex> lock(claims_mutex_);
     for (size_t i = 0; i < claims_.size(); ++i) {
       const WorkspaceClaim& c = claims_[i];
-      if (c.workspace.handle == workspace.memory().handle &&
-          c.workspace.offset == workspace.memory().offset &&
-          c.input.handle == x.memory().handle && c.input.offset == x.memory().offset &&
-          c.input_bytes == x.bytes() && c.weights.handle == w.memory().handle &&
-          c.weights.offset == w.memory().offset && c.weights_bytes == w.bytes() &&
+      if (starts_at(c.workspace, workspace) && starts_at(c.input, x) &&
+          c.input_bytes == x.bytes() && starts_at(c.weights, w) && c.weights_bytes == w.bytes() &&
           same_shape(c.shape, s)) {
         valid = true;
         claims_.erase(claims_.begin() + static_cast<std::ptrdiff_t>(i));
