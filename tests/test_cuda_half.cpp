@@ -254,6 +254,7 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
   struct Case {
     int64_t batch, c, h, w, oc, k, stride, pad;
     bool bias;
+    int64_t kernel_w = 0, stride_w = 0;  // 0: as k, stride
   };
   const Case cases[] = {{5, 3, 11, 9, 8, 3, 1, 1, true},
                         {4, 8, 12, 12, 16, 3, 2, 1, false},
@@ -271,14 +272,24 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         {4, 32, 20, 21, 64, 3, 1, 0, true},
                         // 5x5: the tile-per-step weight gradient, its (r, s, c) partials
                         // reordered by the reduction.
-                        {3, 32, 12, 11, 32, 5, 1, 2, true}};
+                        {3, 32, 12, 11, 32, 5, 1, 2, true},
+                        // Strided, on the implicit kernels (kernels/cuda/implicit_conv.cu): the
+                        // data gradient in stride x stride phases. Odd extents (phases of
+                        // unequal length), 1x1 (phases without taps: zeros), 5x5 at stride 3,
+                        // 2x2 (a last row no window covers), and strides 2 x 3 with a 3x2 kernel.
+                        {5, 32, 21, 19, 64, 3, 2, 1, true},
+                        {4, 64, 22, 20, 32, 1, 2, 0, false},
+                        {3, 32, 32, 31, 32, 5, 3, 2, false},
+                        {2, 32, 21, 21, 32, 2, 2, 0, true},
+                        {3, 32, 23, 34, 64, 3, 2, 1, false, 2, 3}};
   for (DType t : kHalves)
     for (const Case& c : cases)
       agree_with_cpu("conv2d", t, 8.0, [&](Device& d, DType type) {
         Conv2dShape s;
         s.batch = c.batch, s.in_channels = c.c, s.height = c.h, s.width = c.w;
-        s.out_channels = c.oc, s.kernel_h = s.kernel_w = c.k;
-        s.stride_h = s.stride_w = c.stride, s.pad_h = s.pad_w = c.pad;
+        s.out_channels = c.oc, s.kernel_h = c.k, s.kernel_w = c.kernel_w ? c.kernel_w : c.k;
+        s.stride_h = c.stride, s.stride_w = c.stride_w ? c.stride_w : c.stride;
+        s.pad_h = s.pad_w = c.pad;
         s.dtype = type;
         const Tensor x = make(d, type, size_t(s.input_numel()), 17);
         const Tensor w = make(d, type, size_t(s.weight_numel()), 18);
@@ -609,12 +620,12 @@ TEST_CASE("cuda half: allow_tf32 takes effect per GEMM call", "[cuda][half][gemm
   }
 }
 
-TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
-          "[cuda][half][conv2d][tf32]") {
-  if (std::getenv("TRIDENT_CUDA_TF32")) return;
-  Conv2dShape s;  // 3x3, stride 1: every GEMM of forward and backward on TF32 tensor cores
-  s.batch = 4; s.in_channels = 32; s.height = 17; s.width = 15; s.out_channels = 64;
-  s.kernel_h = 3; s.kernel_w = 3; s.pad_h = 1; s.pad_w = 1;
+namespace {
+
+// allow_tf32 on a float32 convolution s: forward and both gradients within two TF32 roundings
+// of cpu:0's float32 and visibly coarser than float32 (so TF32 really ran), and float32 itself
+// within float32 roundings.
+void check_tf32_takes_effect(const Conv2dShape& s) {
   const std::vector<float> x = random_values(size_t(s.input_numel()), 61),
                            w = random_values(size_t(s.weight_numel()), 62),
                            dy = random_values(size_t(s.output_numel()), 63);
@@ -659,6 +670,23 @@ TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
       CHECK(tf32 > std::ldexp(1.0, -17));   // operands really rounded to TF32 ...
       CHECK(tf32 < std::ldexp(1.0, -9));    // ... and nothing worse than that
     }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
+          "[cuda][half][conv2d][tf32]") {
+  if (std::getenv("TRIDENT_CUDA_TF32")) return;
+  // 3x3, stride 1 and stride 2: every product of forward and backward on TF32 tensor cores (the
+  // implicit kernels at stride 1, cuBLAS's GEMMs over im2col columns at stride 2).
+  for (const int64_t stride : {1, 2}) {
+    Conv2dShape s;
+    s.batch = 4, s.in_channels = 32, s.height = 17 * stride, s.width = 15 * stride;
+    s.out_channels = 64, s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = 1;
+    s.stride_h = s.stride_w = stride;
+    INFO("stride " << stride);
+    check_tf32_takes_effect(s);
   }
 }
 

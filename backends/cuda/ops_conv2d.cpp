@@ -30,10 +30,12 @@
 // Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; none when the weight gradient
 // is one product), then (folded) t, OC x n P elements, also holding dyt.
 //
-// Implicit (CudaDevice::implicit_conv: stride 1, not 1x1, channels multiples of 32, at least 100
-// output positions, 16-bit or float32 with allow_tf32): no columns at all;
+// Implicit (CudaDevice::implicit_conv: channels multiples of 32, 16-bit or float32 with
+// allow_tf32; stride 1, not pointwise, at least 100 output positions; or, 16-bit only, strided,
+// 1x1 at any size or at least 100 output positions): no columns at all;
 // kernels/cuda/implicit_conv.h gathers the patches from x and dy in NHWC into shared memory for
-// the forward, the data gradient (the flipped kernel over dy) and the weight gradient (float32
+// the forward, the data gradient (the flipped kernel over dy; strided, in stride x stride phases
+// of dx's positions, each its own stride-1 product) and the weight gradient (float32
 // partials over slices of the positions, summed in a fixed order); db by channel_sums. The
 // workspace then holds x in NHWC, which the backward reuses. 16-bit forward and data-gradient
 // products with up to 64 output channels, and 16-bit 3x3 weight gradients, copy each block's
@@ -99,12 +101,22 @@ struct ConvPlan {
 }  // namespace
 
 bool CudaDevice::implicit_conv(const Conv2dShape& s) const {
-  const bool pointwise = s.kernel_h == 1 && s.kernel_w == 1 && s.pad_h == 0 && s.pad_w == 0;
+  if (!implicit_conv_ || !implicit_conv_fits(s)) return false;
+  const bool one_by_one = s.kernel_h == 1 && s.kernel_w == 1;
+  if (s.stride_h > 1 || s.stride_w > 1) {
+    // Strided: 16-bit only (ResNet tf32 on an H100: 2.316 -> 2.36 ms a step with its stride-2
+    // layers here). A 1x1 kernel (a projection shortcut) at any size: cuBLAS's data gradient
+    // goes through col2im, whose dx is 3/4 zeros at stride 2; ResNet bf16 1.132 -> 1.102 ms
+    // with these and the 14x14 stride-2 3x3 layer here (1.111 with the 7x7 one as well).
+    if (s.dtype == DType::f32) return false;
+    if (one_by_one) return true;
+  } else if (one_by_one && s.pad_h == 0 && s.pad_w == 0) {
+    return false;  // pointwise: cuBLAS reads x in place
+  }
   // Where it pays (ResNet bf16 on an H200, whole steps): images of 100 positions or more (the
   // 28x28 and 14x14 layers; at 7x7 the folded cuBLAS products win, in TF32 too: H100, 2.62
   // against 2.50 ms with every size on these kernels).
-  return implicit_conv_ && !pointwise && implicit_conv_fits(s) &&
-         s.out_height() * s.out_width() >= 100;
+  return s.out_height() * s.out_width() >= 100;
 }
 
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {

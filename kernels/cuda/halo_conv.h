@@ -21,20 +21,34 @@
 
 namespace trident::cuda {
 
-// in[N, XH, XW, XC] (NHWC) through a KH x KW window, stride 1, padding PH / PW; outputs YH x YW
-// per sample.
+// in[N, XH, XW, XC] (NHWC) through a KH x KW window, stride SY x SX, padding PH / PW: output
+// position (oy, ox) at tap (r, s) reads in[n, oy * SY - PH + r, ox * SX - PW + s, :]; YH x YW
+// outputs per sample. They are written to a plane of out_h x out_w (0: YH x YW) at (oy0 + oy *
+// osy, ox0 + ox * osx): a strided convolution's data gradient writes each phase of dx's
+// positions this way (implicit_conv.cu).
 struct ConvGather {
   int xc, xh, xw, kh, kw, ph, pw, yh, yw;
+  int sy = 1, sx = 1;
+  int out_h = 0, out_w = 0, oy0 = 0, ox0 = 0, osy = 1, osx = 1;
+  int plane_h() const { return out_h > 0 ? out_h : yh; }
+  int plane_w() const { return out_w > 0 ? out_w : yw; }
+  // Stride 1 and outputs written as a plain YH x YW plane: what the halo kernels take.
+  bool unit_stride() const {
+    return sy == 1 && sx == 1 && plane_h() == yh && plane_w() == yw && oy0 == 0 && ox0 == 0 &&
+           osy == 1 && osx == 1;
+  }
 };
 
 // The halo kernels' tiles: `rows` whole output rows of one image, at most max_positions
 // positions each, the fewest per image (`groups`) with the rows spread evenly over them; `tiles`
-// = batch * groups. False where one row is wider than max_positions or the tiles pass an int.
+// = batch * groups. False where g is not unit_stride(), one row is wider than max_positions
+// or the tiles pass an int.
 struct RowTiles {
   int rows = 0, groups = 0, tiles = 0;
 };
 inline bool row_tiles(const ConvGather& g, int64_t batch, int max_positions, RowTiles& t) {
-  if (g.yh <= 0 || g.yw <= 0 || g.yw > max_positions || batch <= 0) return false;
+  if (!g.unit_stride() || g.yh <= 0 || g.yw <= 0 || g.yw > max_positions || batch <= 0)
+    return false;
   t.groups = (g.yh * g.yw + max_positions - 1) / max_positions;
   for (;; ++t.groups) {
     t.rows = (g.yh + t.groups - 1) / t.groups;

@@ -12,9 +12,10 @@
 //
 // gather kernel (forward, data gradient): M = output channels, N = output positions (n, oy, ox)
 //   of all samples, K = (r, s, c) of the gathered NHWC input, c fastest: a step is 32 (16)
-//   channels of one tap. B[k, j] = in_t[n, oy - PH + r, ox - PW + s, c] (zero outside), stored
-//   [position][k]; A[m, k] = w_t[m, r, s, c]. The result goes through shared memory to
-//   out[n, m, oy, ox] (NCHW), coalesced along the positions, + bias[m], rounded once.
+//   channels of one tap. B[k, j] = in_t[n, oy SY - PH + r, ox SX - PW + s, c] (zero outside),
+//   stored [position][k]; A[m, k] = w_t[m, r, s, c]. The result goes through shared memory to
+//   out[n, m, oy, ox] (NCHW; a data-gradient phase's positions at a stride), coalesced along the
+//   positions, + bias[m], rounded once.
 // weight-gradient kernel: M = OC, N = (r, s, c), K = the positions of one slice of the batch.
 //   A[m, p] = dy_t[p, m]; B[p, j] = x_t gathered as above. Each slice writes float32 partials
 //   [slice, OC, KH*KW*C] in the kernel's own (r, s, c) order.
@@ -54,8 +55,8 @@ constexpr int kWgradBN = 128;  // N per weight-gradient block
 template <int BM>
 constexpr int kGatherBN = BM == 32 ? 256 : 128;
 
-// The gathered operand in[N, XH, XW, XC] (NHWC) through a KH x KW window, stride 1; outputs
-// yh x yw per sample.
+// The gathered operand in[N, XH, XW, XC] (NHWC) through a KH x KW window with a stride; outputs
+// yh x yw per sample, written to a plane as halo_conv.h's ConvGather says.
 using Gather = ConvGather;
 
 // Image, padding and kernel are under kMaxExtent (implicit_conv_fits), so a row index of
@@ -65,6 +66,17 @@ constexpr int kFarOutside = -2 * kMaxExtent;
 
 constexpr int kGatherStages = 3;
 
+// Up to kMaxProducts gathered products in one launch, product z in blocks (x, y, z): the phases
+// of a strided convolution's data gradient (data_gradient below), which as separate launches left
+// most of the GPU idle (each a few dozen blocks at 7x7 and 14x14). Product z reads its kernel
+// from w_t + w_offset[z]; `columns` = batch * YH * YW of its gather.
+constexpr int kMaxProducts = 4;
+struct GatherProducts {
+  Gather g[kMaxProducts];
+  int64_t w_offset[kMaxProducts];
+  int columns[kMaxProducts];
+};
+
 // Three blocks an SM where BM allows it without spilling (80 registers), two at BM = 128 and for
 // TF32, whose rounding spilled at 80 registers.
 template <typename M, int BM>
@@ -73,10 +85,14 @@ constexpr int kGatherBlocksPerSm = BM == 128 || std::is_same_v<M, Tf32> ? 2 : 3;
 template <typename M, int BM, int kBN = kGatherBN<BM>>
 __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
     gather_conv_kernel(const StorageOf<M>* __restrict__ in_t, const StorageOf<M>* __restrict__ w_t,
-                       const float* __restrict__ bias, StorageOf<M>* __restrict__ out, Gather g,
-                       int m_total, int columns) {
+                       const float* __restrict__ bias, StorageOf<M>* __restrict__ out,
+                       const __grid_constant__ GatherProducts products, int m_total) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   using S = StorageOf<M>;
+  const Gather& g = products.g[blockIdx.z];
+  const int columns = products.columns[blockIdx.z];
+  if (int(blockIdx.x) * kBN >= columns) return;  // past this product's positions
+  w_t += products.w_offset[blockIdx.z];
   using Mma = BlockMma<M, BM, kBN, false, true, kGatherStages>;
   using E = typename Mma::E;
   constexpr int kBK = Mma::kBK, V = kVec<M>, kVecsPerRow = kBK / V;
@@ -95,8 +111,8 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
     const bool ok = column < columns;
     const int n = ok ? column / positions : 0, pos = column - n * positions;
     const int oy = pos / g.yw, ox = pos - oy * g.yw;
-    b_iy[i] = ok ? oy - g.ph : kFarOutside;
-    b_ix[i] = ox - g.pw;
+    b_iy[i] = ok ? oy * g.sy - g.ph : kFarOutside;
+    b_ix[i] = ox * g.sx - g.pw;
     b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * V : 0;
   }
   auto copy = [&](int stage, int k0) {
@@ -144,14 +160,18 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
   __syncthreads();
   const int j = tid % kBN, column = col0 + j;
   if (column >= columns) return;
+  // Output position (oy, ox) at (oy0 + oy * osy, ox0 + ox * osx) of the out_h x out_w plane.
   const int n = column / positions, pos = column - n * positions;
-  S* out_n = out + int64_t(n) * m_total * positions + pos;
+  const int oy = pos / g.yw, ox = pos - oy * g.yw;
+  const int plane_w = g.out_w > 0 ? g.out_w : g.yw;
+  const int plane = (g.out_h > 0 ? g.out_h : g.yh) * plane_w;
+  S* out_n = out + int64_t(n) * m_total * plane + (g.oy0 + oy * g.osy) * plane_w + g.ox0 +
+             ox * g.osx;
 #pragma unroll 4
   for (int row = tid / kBN; row < BM; row += kThreads / kBN) {
     const int m = m0 + row;
     if (m >= m_total) break;
-    out_n[int64_t(m) * positions] = from_float<S>(c[row * Mma::kLdc + j] +
-                                                  (bias ? bias[m] : 0.0f));
+    out_n[int64_t(m) * plane] = from_float<S>(c[row * Mma::kLdc + j] + (bias ? bias[m] : 0.0f));
   }
 #endif
 }
@@ -191,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
     const bool ok = p < p_end;
     const int n = ok ? p / positions : 0, pos = p - n * positions;
     const int oy = pos / g.yw, ox = pos - oy * g.yw;
-    const int iy = ok ? oy - g.ph : kFarOutside, ix = ox - g.pw;
+    const int iy = ok ? oy * g.sy - g.ph : kFarOutside, ix = ox * g.sx - g.pw;
     t[tid] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
     t[kBK + tid] = iy;
     t[2 * kBK + tid] = ix;
@@ -281,32 +301,101 @@ void with_block_rows(int64_t m, F&& f) {
     f(std::integral_constant<int, 128>());
 }
 
+// The products gs[0, count) (at most kMaxProducts), product z with the kernel at w_t +
+// w_offsets[z] elements, in one launch of the tile-per-step kernel; a lone 16-bit product whose
+// rows fit a block goes to the halo-window kernel (halo_conv.h) instead.
 template <typename M>
 void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const float* bias,
-            void* out, const Gather& g, int64_t batch, int64_t m_total) {
+            void* out, const Gather* gs, const int64_t* w_offsets, int count, int64_t batch,
+            int64_t m_total) {
   using S = StorageOf<M>;
-  const int64_t columns = batch * g.yh * g.yw;
-  if (columns == 0 || m_total == 0) return;
-  // 16-bit products whose rows fit a block go to the halo-window kernel (halo_conv.h).
+  if (count == 0 || m_total == 0) return;
   if constexpr (!std::is_same_v<M, Tf32>) {
     const DType dtype = std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
-    if (launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, g, batch, m_total)) return;
+    if (count == 1 && w_offsets[0] == 0 &&
+        launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, gs[0], batch, m_total))
+      return;
   }
+  GatherProducts products{};
+  int64_t most = 0;
+  for (int z = 0; z < count; ++z) {
+    products.g[z] = gs[z];
+    products.w_offset[z] = w_offsets[z];
+    products.columns[z] = int(batch * gs[z].yh * gs[z].yw);
+    most = std::max<int64_t>(most, products.columns[z]);
+  }
+  if (most == 0) return;
   with_block_rows(m_total, [&](auto bm) {
     constexpr int BM = decltype(bm)::value;
     constexpr int BN = kGatherBN<BM>;
     using Mma = BlockMma<M, BM, BN, false, true, kGatherStages>;
-    const dim3 grid(unsigned((columns + BN - 1) / BN), unsigned((m_total + BM - 1) / BM));
+    const dim3 grid(unsigned((most + BN - 1) / BN), unsigned((m_total + BM - 1) / BM),
+                    unsigned(count));
     launch_with_smem<gather_conv_kernel<M, BM>>(
         Mma::kTileBytes, grid, ctx.stream, static_cast<const S*>(in_t),
-        static_cast<const S*>(w_t), bias, static_cast<S*>(out), g, int(m_total), int(columns));
+        static_cast<const S*>(w_t), bias, static_cast<S*>(out), products, int(m_total));
   });
 }
 
+// One product: the forward's.
+template <typename M>
+void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const float* bias,
+            void* out, const Gather& g, int64_t batch, int64_t m_total) {
+  const int64_t no_offset = 0;
+  gather<M>(ctx, in_t, w_t, bias, out, &g, &no_offset, 1, batch, m_total);
+}
+
 Gather forward_gather(const Conv2dShape& s) {
-  return {int(s.in_channels), int(s.height),       int(s.width),
-          int(s.kernel_h),    int(s.kernel_w),     int(s.pad_h),
-          int(s.pad_w),       int(s.out_height()), int(s.out_width())};
+  Gather g{int(s.in_channels), int(s.height),       int(s.width),
+           int(s.kernel_h),    int(s.kernel_w),     int(s.pad_h),
+           int(s.pad_w),       int(s.out_height()), int(s.out_width())};
+  g.sy = int(s.stride_h), g.sx = int(s.stride_w);
+  return g;
+}
+
+// dx[n, c, iy, ix] = sum over (oc, r, s) with iy = oy * SY - PH + r (and likewise ix) of
+// w[oc, c, r, s] dy[n, oc, oy, ox]: along y, the positions iy = iy0 + SY a (a < AY) of phase qy,
+// iy0 = (qy - PH) mod SY, take the taps r = qy + SY t (t < Ty) with oy = by0 + a - t, by0 =
+// (iy0 + PH - qy) / SY; with t' = Ty - 1 - t that is a stride-1 product over dy with padding
+// Ty - 1 - by0 and the phase's flipped kernel (arrange_weights_kernel), written at stride SY from
+// iy0. With stride 1, one phase: the flipped kernel over dy, padding KH - 1 - PH. Phases without
+// taps (a stride over the kernel) leave zeros: dx is cleared first.
+template <typename M>
+void data_gradient(const KernelContext& ctx, const Conv2dShape& s, const void* dy_t,
+                   const StorageOf<M>* w_flip, void* dx) {
+  const int sy = int(s.stride_h), sx = int(s.stride_w), kh = int(s.kernel_h), kw = int(s.kernel_w);
+  const int h = int(s.height), w = int(s.width);
+  auto first = [](int q, int pad, int stride) { return ((q - pad) % stride + stride) % stride; };
+  bool empty = false;  // a phase with positions but no taps
+  for (int qy = 0; qy < sy; ++qy)
+    for (int qx = 0; qx < sx; ++qx)
+      empty |= first(qy, int(s.pad_h), sy) < h && first(qx, int(s.pad_w), sx) < w &&
+               (layout::phase_taps(kh, sy, qy) == 0 || layout::phase_taps(kw, sx, qx) == 0);
+  if (empty)
+    cudaMemsetAsync(dx, 0, size_t(s.input_numel()) * sizeof(StorageOf<M>), ctx.stream);
+  Gather gs[kMaxProducts];
+  int64_t offsets[kMaxProducts];
+  int count = 0;
+  auto launch = [&] {
+    gather<M>(ctx, dy_t, w_flip, nullptr, dx, gs, offsets, count, s.batch, s.in_channels);
+    count = 0;
+  };
+  for (int qy = 0; qy < sy; ++qy)
+    for (int qx = 0; qx < sx; ++qx) {
+      const int ty = layout::phase_taps(kh, sy, qy), tx = layout::phase_taps(kw, sx, qx);
+      const int iy0 = first(qy, int(s.pad_h), sy), ix0 = first(qx, int(s.pad_w), sx);
+      if (ty == 0 || tx == 0 || iy0 >= h || ix0 >= w) continue;
+      const int by0 = (iy0 + int(s.pad_h) - qy) / sy, bx0 = (ix0 + int(s.pad_w) - qx) / sx;
+      Gather& g = gs[count];
+      g = Gather{int(s.out_channels), int(s.out_height()), int(s.out_width()),
+                 ty,                  tx,                  ty - 1 - by0,
+                 tx - 1 - bx0,        (h - iy0 + sy - 1) / sy, (w - ix0 + sx - 1) / sx};
+      g.out_h = h, g.out_w = w, g.oy0 = iy0, g.ox0 = ix0, g.osy = sy, g.osx = sx;
+      offsets[count] =
+          layout::phase_offset(kh, kw, sy, sx, qy, qx, s.in_channels, s.out_channels);
+      if (++count == kMaxProducts) launch();
+    }
+  if (count > 0) launch();
 }
 
 int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -347,7 +436,7 @@ bool implicit_conv_fits(const Conv2dShape& s) {
   if (s.dtype == DType::f32 ? !s.allow_tf32 : s.dtype != DType::bf16 && s.dtype != DType::f16)
     return false;
   // Offsets in 32-bit ints; image, padding and kernel under kMaxExtent.
-  return s.stride_h == 1 && s.stride_w == 1 && s.in_channels % 32 == 0 &&
+  return s.stride_h >= 1 && s.stride_w >= 1 && s.in_channels % 32 == 0 &&
          s.out_channels % 32 == 0 && s.in_channels > 0 && s.out_channels > 0 &&
          s.input_numel() < INT_MAX / 2 && s.output_numel() < INT_MAX / 2 &&
          s.weight_numel() < INT_MAX / 2 && s.height + 2 * s.pad_h + s.kernel_h < kMaxExtent &&
@@ -381,7 +470,6 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
                                   const void* w, const float* bias, void* y, char* workspace) {
   if (s.batch == 0) return;
   const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
-  const int64_t taps = s.kernel_h * s.kernel_w;
   with_math(s, [&](auto tag) {
     using M = decltype(tag);
     using S = StorageOf<M>;
@@ -389,7 +477,7 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
     layout::arrange_weights_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
         static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t),
         reinterpret_cast<S*>(workspace + ws.w_flip), int(s.out_channels), int(s.in_channels),
-        int(taps));
+        int(s.kernel_h), int(s.kernel_w), int(s.stride_h), int(s.stride_w));
     gather<M>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
               s.out_channels);
   });
@@ -403,7 +491,7 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     return;
   }
   const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
-  const int64_t taps = s.kernel_h * s.kernel_w, ckk = s.patch_size();
+  const int64_t ckk = s.patch_size();
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   const int64_t slice = (positions + ws.splits - 1) / ws.splits;
   const int64_t slice_positions = (slice + kSliceRound - 1) / kSliceRound * kSliceRound;
@@ -439,22 +527,12 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     }
     if (!dx) return;
     if (!x_t_valid)  // else the forward left it
-      layout::flip_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
-          static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_flip),
-          int(s.out_channels), int(s.in_channels), int(taps));
-    // dx[n, c, h, w] = sum over (oc, r, s) of w[oc, c, r, s] dy[n, oc, h + PH - r, w + PW - s]:
-    // with r' = KH-1-r a forward product over dy, padding KH-1-PH, the flipped kernel.
-    const Gather g{int(s.out_channels),
-                   int(s.out_height()),
-                   int(s.out_width()),
-                   int(s.kernel_h),
-                   int(s.kernel_w),
-                   int(s.kernel_h - 1 - s.pad_h),
-                   int(s.kernel_w - 1 - s.pad_w),
-                   int(s.height),
-                   int(s.width)};
-    gather<M>(ctx, workspace + ws.dy_t, workspace + ws.w_flip, nullptr, dx, g, s.batch,
-              s.in_channels);
+      layout::arrange_weights_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
+          static_cast<const S*>(w), nullptr, reinterpret_cast<S*>(workspace + ws.w_flip),
+          int(s.out_channels), int(s.in_channels), int(s.kernel_h), int(s.kernel_w),
+          int(s.stride_h), int(s.stride_w));
+    data_gradient<M>(ctx, s, workspace + ws.dy_t,
+                     reinterpret_cast<const S*>(workspace + ws.w_flip), dx);
   });
   launch_conv_grad_reduce(ctx, partials, ws.splits, s.out_channels, ckk, false, false, dw,
                           nullptr, false, halo ? 0 : s.in_channels);

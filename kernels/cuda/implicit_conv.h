@@ -1,6 +1,6 @@
 // CUDA implicit-GEMM convolution on tensor cores (bf16 and f16 with float32 accumulation; float32
-// rounded to TF32 where allow_tf32) for stride-1 convolutions whose channel counts are multiples
-// of 32: the patch matrix is
+// rounded to TF32 where allow_tf32) for convolutions whose channel counts are multiples of 32:
+// the patch matrix is
 // gathered tile by tile into shared memory instead of being written out by im2col (9x the
 // activations for a 3x3 kernel) and read back by a GEMM, and col2im disappears.
 //
@@ -11,7 +11,9 @@
 // [C, KH, KW, OC] (data gradient). Results are written NCHW.
 //   forward:         y[N, OC, OH, OW] = conv(x, w) (+ bias);
 //   data gradient:   dx = the forward's product run on dy with the flipped kernel, padding
-//                    KH-1-PH and KW-1-PW;
+//                    KH-1-PH and KW-1-PW; with a stride S, S x S such products, one per phase
+//                    of dx's positions (those a given set of taps reaches), each with its share
+//                    of the taps, written at stride S (implicit_conv.cu, data_gradient);
 //   weight gradient: dw[OC, C*KH*KW] = sum over positions of dy times the gathered x, split over
 //                    slices of the positions into float32 partials that a fixed-order reduction
 //                    sums (launch_conv_grad_reduce).
@@ -31,12 +33,12 @@ namespace trident::cuda {
 
 // Whether this build has the kernels for the current device.
 bool implicit_conv_available();
-// Whether these kernels can run s: stride 1, C and OC multiples of 32, s.dtype bf16 or f16 (or
-// f32 with allow_tf32), offsets within 32 bits.
+// Whether these kernels can run s: C and OC multiples of 32, s.dtype bf16 or f16 (or f32 with
+// allow_tf32), offsets within 32 bits.
 bool implicit_conv_fits(const Conv2dShape& s);
 
-// Workspace layout: x in NHWC, dy in NHWC, the kernel rearranged for the forward and flipped for
-// the data gradient, the weight-gradient partials.
+// Workspace layout: x in NHWC, dy in NHWC, the kernel rearranged for the forward and flipped (in
+// phases, when strided) for the data gradient, the weight-gradient partials.
 struct ImplicitConvWorkspace {
   size_t x_t = 0, dy_t = 0, w_t = 0, w_flip = 0, partials = 0, bytes = 0;  // byte offsets; total
   int64_t splits = 1;  // slices of the positions the weight gradient is split over

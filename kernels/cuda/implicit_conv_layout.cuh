@@ -1,5 +1,5 @@
 // The implicit-GEMM convolution's layout passes (for kernels/cuda/implicit_conv.cu): NCHW ->
-// NHWC transposes of activations and kernels, and the data gradient's flipped kernel.
+// NHWC transposes of activations and kernels, and the data gradient's flipped phase kernels.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -60,30 +60,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// w_t[c, tap, oc] = w[oc, c, taps - 1 - tap]: the data gradient's kernel.
-template <typename S>
-__global__ void flip_kernel(const S* __restrict__ w, S* __restrict__ w_t, int oc_total,
-                            int c_total, int taps) {
-  const int total = oc_total * c_total * taps;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int oc = i % oc_total, rest = i / oc_total, tap = rest % taps, c = rest / taps;
-    w_t[i] = w[(int64_t(oc) * c_total + c) * taps + (taps - 1 - tap)];
-  }
+// The data gradient of a convolution with stride S along an axis of kernel extent K is a sum of
+// S stride-1 products over dy, one per phase q < S of dx's positions (kernels/cuda/
+// implicit_conv.cu): phase q takes the taps r = q, q + S, ... < K (phase_taps of them; none where
+// S > K - q), flipped. Along both axes, phases (qy, qx) in row-major order; phase_taps_before:
+// the taps of the phases before q.
+__host__ __device__ inline int phase_taps(int k, int stride, int q) {
+  return q < k ? (k - q + stride - 1) / stride : 0;
+}
+__host__ __device__ inline int phase_taps_before(int k, int stride, int q) {
+  int taps = 0;
+  for (int a = 0; a < q; ++a) taps += phase_taps(k, stride, a);
+  return taps;
+}
+// Where phase (qy, qx)'s kernel starts in w_flip: its taps times C times OC elements in.
+__host__ __device__ inline int64_t phase_offset(int kh, int kw, int sy, int sx, int qy, int qx,
+                                                int64_t c_total, int64_t oc_total) {
+  const int taps = phase_taps_before(kh, sy, qy) * kw +
+                   phase_taps(kh, sy, qy) * phase_taps_before(kw, sx, qx);
+  return int64_t(taps) * c_total * oc_total;
 }
 
-// w[oc, c, tap] (tap = r * KW + s) to the forward's w_t[oc, tap, c] and, where w_flip is not
-// null, to flip_kernel's w_flip[c, tap, oc] = w[oc, c, taps - 1 - tap] in the same pass: the
-// kernels are small enough that each of these launches cost about 3 us (ResNet, H100, ncu).
+// w[oc, c, r, s] to the forward's w_t[oc, r, s, c] (unless w_t is null) and to the data
+// gradient's phase kernels in w_flip: phase (qy, qx)'s [c, ty', tx', oc] at phase_offset, ty' =
+// Ty - 1 - r / SY (Ty its taps). With stride 1 that is one phase, w_flip[c, tap, oc] = w[oc, c,
+// taps - 1 - tap]. One pass for both: these kernels are small enough that each of these
+// launches cost about 3 us (ResNet, H100, ncu).
 template <typename S>
 __global__ void arrange_weights_kernel(const S* __restrict__ w, S* __restrict__ w_t,
-                                       S* __restrict__ w_flip, int oc_total, int c_total,
-                                       int taps) {
-  const int total = oc_total * c_total * taps;
+                                       S* __restrict__ w_flip, int oc_total, int c_total, int kh,
+                                       int kw, int sy, int sx) {
+  const int taps = kh * kw, total = oc_total * c_total * taps;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int tap = i % taps, rest = i / taps, c = rest % c_total, oc = rest / c_total;
+    const int r = tap / kw, s = tap - r * kw;
     const S v = w[i];
-    w_t[(oc * taps + tap) * c_total + c] = v;
-    if (w_flip) w_flip[(c * taps + taps - 1 - tap) * oc_total + oc] = v;
+    if (w_t) w_t[(oc * taps + tap) * c_total + c] = v;
+    const int qy = r % sy, qx = s % sx;
+    const int ty = phase_taps(kh, sy, qy), tx = phase_taps(kw, sx, qx);
+    const int fy = ty - 1 - r / sy, fx = tx - 1 - s / sx;
+    w_flip[phase_offset(kh, kw, sy, sx, qy, qx, c_total, oc_total) +
+           ((int64_t(c) * ty + fy) * tx + fx) * oc_total + oc] = v;
   }
 }
 
