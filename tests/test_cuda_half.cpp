@@ -257,6 +257,13 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
     int64_t kernel_w = 0, stride_w = 0;  // 0: as k, stride
   };
   const Case cases[] = {{5, 3, 11, 9, 8, 3, 1, 1, true},
+                        // Up to 4 input channels: the direct kernels (kernels/cuda/
+                        // direct_conv.h), a patch of 9 (the ResNet's stem), 18 at stride 2
+                        // without padding, 16 (2x2 over 4 channels), 1.
+                        {6, 1, 28, 28, 32, 3, 1, 1, false},
+                        {3, 2, 15, 17, 16, 3, 2, 0, true},
+                        {2, 4, 9, 10, 8, 2, 1, 1, true},
+                        {3, 1, 12, 13, 40, 1, 1, 0, true},
                         {4, 8, 12, 12, 16, 3, 2, 1, false},
                         {3, 16, 7, 7, 24, 1, 1, 0, true},
                         {2, 6, 9, 9, 4, 1, 2, 0, false},

@@ -56,7 +56,8 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), ordinal_);
     stream_ = main_stream_;
     gemm_ = std::make_unique<CublasGemm>(ordinal_, main_stream_, tf32_);
-    implicit_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true) && implicit_conv_available();
+    direct_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true);
+    implicit_conv_ = direct_conv_ && implicit_conv_available();
     int cooperative = 0;
     TRIDENT_CUDA_CHECK(
         cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, ordinal_), ordinal_);

@@ -146,8 +146,10 @@ class CudaDevice final : public Device {
   KernelContext kernel_context(bool with_error_flag = false);
   // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
-  // Whether this convolution runs as implicit GEMM (backends/cuda/ops_conv2d.cpp says where).
+  // Whether this convolution runs as implicit GEMM, or as a direct convolution (few input
+  // channels) (backends/cuda/ops_conv2d.cpp says where).
   bool implicit_conv(const Conv2dShape& s) const;
+  bool direct_conv(const Conv2dShape& s) const;
 
   DeviceInfo info_;
   int ordinal_ = 0;
@@ -155,6 +157,7 @@ class CudaDevice final : public Device {
   // Convolutions through kernels/cuda/implicit_conv.h where they fit (TRIDENT_CUDA_IMPLICIT_CONV,
   // default on, and sm_80 code in the binary); otherwise im2col + cuBLAS.
   bool implicit_conv_ = false;
+  bool direct_conv_ = false;  // kernels/cuda/direct_conv.h where it fits (the same variable)
   bool cooperative_launch_ = false;  // TRIDENT_CUDA_COOPERATIVE (on) and the device allows it
   // The stream ops are queued on: main_stream_, or side_stream_ while queue_beside's work is
   // being queued (scratch_ then the side stream's own reduction scratch).

@@ -30,6 +30,10 @@
 // Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; none when the weight gradient
 // is one product), then (folded) t, OC x n P elements, also holding dyt.
 //
+// Direct (CudaDevice::direct_conv: at most 4 input channels, C * KH * KW <= 32): the forward
+// without columns (kernels/cuda/direct_conv.h), the backward as above (the forward leaves no
+// columns, so it makes them).
+//
 // Implicit (CudaDevice::implicit_conv: channels multiples of 32, 16-bit or float32 with
 // allow_tf32; stride 1, not pointwise, at least 100 output positions; or, 16-bit only, strided,
 // 1x1 at any size or at least 100 output positions): no columns at all;
@@ -47,6 +51,7 @@
 #include "trident/backends/cuda/cuda_device.h"
 #include "trident/kernels/cuda/channel.h"
 #include "trident/kernels/cuda/conv2d.h"
+#include "trident/kernels/cuda/direct_conv.h"
 #include "trident/kernels/cuda/im2col.h"
 #include "trident/kernels/cuda/implicit_conv.h"
 
@@ -119,6 +124,10 @@ bool CudaDevice::implicit_conv(const Conv2dShape& s) const {
   return s.out_height() * s.out_width() >= 100;
 }
 
+bool CudaDevice::direct_conv(const Conv2dShape& s) const {
+  return direct_conv_ && direct_conv_fits(s);
+}
+
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   if (s.batch == 0) return 0;
   if (implicit_conv(s)) return implicit_conv_workspace(info_.compute_units, s).bytes;
@@ -130,6 +139,12 @@ bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const 
                                    const Tensor& b, const Tensor& y, const Tensor& workspace) {
   const KernelContext ctx = kernel_context();
   const float* bias = device_ptr<const float>(b);
+  if (direct_conv(s)) {
+    launch_direct_conv_forward(ctx, s, device_ptr<const void>(x), device_ptr<const void>(w),
+                               bias, device_ptr<void>(y));
+    check_launch("direct_conv_forward");
+    return false;  // no columns in the workspace: the backward makes them
+  }
   if (implicit_conv(s)) {
     launch_implicit_conv_forward(ctx, s, device_ptr<const void>(x), device_ptr<const void>(w),
                                  bias, device_ptr<void>(y), device_ptr<char>(workspace));
