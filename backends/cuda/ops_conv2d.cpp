@@ -31,9 +31,8 @@
 // is one product), then (folded) t, OC x n P elements, also holding dyt.
 //
 // Direct (CudaDevice::direct_conv: at most 4 input channels, C * KH * KW <= 32, not float32 with
-// TF32 allowed): the forward
-// without columns (kernels/cuda/direct_conv.h), the backward as above (the forward leaves no
-// columns, so it makes them).
+// TF32 allowed): the forward without columns (kernels/cuda/direct_conv.h), the backward as above
+// (the forward leaves no columns, so it makes them).
 //
 // Implicit (CudaDevice::implicit_conv: channels multiples of 32, 16-bit or float32 with
 // allow_tf32; stride 1, not pointwise, at least 100 output positions; or, 16-bit only, strided,
