@@ -1,8 +1,8 @@
 // CUDA direct convolution for few input channels (kernels/cuda/direct_conv.h says why and how).
 #include "trident/kernels/cuda/direct_conv.h"
 
-#include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
@@ -103,20 +103,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The patch rounded up to a multiple of 4 in {4, 12, 16, 32}, passed to f as a constant.
+// The patch size rounded up to the kernel's register array: 4, 12, 16 or 32 (multiples of 4, for
+// the kernel's float4 rows in shared memory).
+int padded_patch(int patch) { return patch <= 4 ? 4 : patch <= 12 ? 12 : patch <= 16 ? 16 : 32; }
+
+// padded_patch(patch) passed to f as a constant.
 template <class F>
 void with_patch(int patch, F&& f) {
-  if (patch <= 4)
-    f(std::integral_constant<int, 4>());
-  else if (patch <= 12)
-    f(std::integral_constant<int, 12>());
-  else if (patch <= 16)
-    f(std::integral_constant<int, 16>());
-  else
-    f(std::integral_constant<int, 32>());
+  switch (padded_patch(patch)) {
+    case 4:
+      return f(std::integral_constant<int, 4>());
+    case 12:
+      return f(std::integral_constant<int, 12>());
+    case 16:
+      return f(std::integral_constant<int, 16>());
+    default:
+      return f(std::integral_constant<int, 32>());
+  }
 }
-
-int padded_patch(int patch) { return patch <= 4 ? 4 : patch <= 12 ? 12 : patch <= 16 ? 16 : 32; }
 
 }  // namespace
 
