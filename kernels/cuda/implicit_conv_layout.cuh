@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
 // The data gradient of a convolution with stride S along an axis of kernel extent K is a sum of
 // S stride-1 products over dy, one per phase q < S of dx's positions (kernels/cuda/
 // implicit_conv.cu): phase q takes the taps r = q, q + S, ... < K (phase_taps of them; none where
-// S > K - q), flipped. Along both axes, phases (qy, qx) in row-major order; phase_taps_before:
+// q >= K), flipped. Along both axes, phases (qy, qx) in row-major order; phase_taps_before:
 // the taps of the phases before q.
 __host__ __device__ inline int phase_taps(int k, int stride, int q) {
   return q < k ? (k - q + stride - 1) / stride : 0;
