@@ -257,7 +257,7 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
     int64_t kernel_w = 0, stride_w = 0;  // 0: as k, stride
   };
   const Case cases[] = {{5, 3, 11, 9, 8, 3, 1, 1, true},
-                        // Up to 4 input channels: the direct kernels (kernels/cuda/
+                        // Up to 4 input channels: the direct forward (kernels/cuda/
                         // direct_conv.h), a patch of 9 (the ResNet's stem), 18 at stride 2
                         // without padding, 16 (2x2 over 4 channels), 1.
                         {6, 1, 28, 28, 32, 3, 1, 1, false},

@@ -30,8 +30,8 @@ struct ConvGather {
   int xc, xh, xw, kh, kw, ph, pw, yh, yw;
   int sy = 1, sx = 1;
   int out_h = 0, out_w = 0, oy0 = 0, ox0 = 0, osy = 1, osx = 1;
-  int plane_h() const { return out_h > 0 ? out_h : yh; }
-  int plane_w() const { return out_w > 0 ? out_w : yw; }
+  __host__ __device__ int plane_h() const { return out_h > 0 ? out_h : yh; }
+  __host__ __device__ int plane_w() const { return out_w > 0 ? out_w : yw; }
   // Stride 1 and outputs written as a plain YH x YW plane: what the halo kernels take.
   bool unit_stride() const {
     return sy == 1 && sx == 1 && plane_h() == yh && plane_w() == yw && oy0 == 0 && ox0 == 0 &&

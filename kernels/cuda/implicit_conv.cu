@@ -163,8 +163,7 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
   // Output position (oy, ox) at (oy0 + oy * osy, ox0 + ox * osx) of the out_h x out_w plane.
   const int n = column / positions, pos = column - n * positions;
   const int oy = pos / g.yw, ox = pos - oy * g.yw;
-  const int plane_w = g.out_w > 0 ? g.out_w : g.yw;
-  const int plane = (g.out_h > 0 ? g.out_h : g.yh) * plane_w;
+  const int plane_w = g.plane_w(), plane = g.plane_h() * plane_w;
   S* out_n = out + int64_t(n) * m_total * plane + (g.oy0 + oy * g.osy) * plane_w + g.ox0 +
              ox * g.osx;
 #pragma unroll 4
