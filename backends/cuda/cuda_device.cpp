@@ -62,6 +62,10 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     TRIDENT_CUDA_CHECK(
         cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, ordinal_), ordinal_);
     cooperative_launch_ = cooperative != 0 && env_flag("TRIDENT_CUDA_COOPERATIVE", true);
+    int major = 0;
+    TRIDENT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal_), ordinal_);
+    dependent_launch_ = major >= 9 && env_flag("TRIDENT_CUDA_DEPENDENT_LAUNCH", true);
     const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
     const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
     const size_t one = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);
@@ -114,6 +118,7 @@ KernelContext CudaDevice::kernel_context(bool with_error_flag) {
   ctx.sms = info_.compute_units;
   ctx.scratch = scratch_;
   ctx.cooperative_launch = cooperative_launch_;
+  ctx.dependent_launch = dependent_launch_;
   if (with_error_flag) ctx.error_flag = device_ptr<int32_t>(error_flag());
   return ctx;
 }

@@ -224,6 +224,7 @@ __global__ void batchnorm_eval_kernel(const S* x, const float* gamma, const floa
                                       const float* running_mean, const float* running_var,
                                       S* y, I total, I channels, Divider<I> by_inner,
                                       Divider<I> by_channels, float eps, bool relu) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I q = by_inner.div(i);
     const I c = q - by_channels.div(q) * channels;
@@ -246,9 +247,9 @@ void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training
     return;
   }
   const int64_t total = s.numel();
-  batchnorm_eval_kernel<S, I><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-      x, gamma, beta, running_mean, running_var, y, I(total), I(s.channels),
-      Divider<I>(s.inner), Divider<I>(s.channels), s.eps, s.relu);
+  launch(ctx, batchnorm_eval_kernel<S, I>, grid_for(total), kBlockThreads, 0, x, gamma, beta,
+         running_mean, running_var, y, I(total), I(s.channels), Divider<I>(s.inner),
+         Divider<I>(s.channels), s.eps, s.relu);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ template <typename S, typename I>
 __global__ void channel_affine_kernel(const S* x, const float* scale, const float* shift, S* y,
                                       I total, I channels, Divider<I> by_inner,
                                       Divider<I> by_channels) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I q = by_inner.div(i);
     const I c = q - by_channels.div(q) * channels;
@@ -71,13 +72,12 @@ void launch_channel_affine(const KernelContext& ctx, DType type, const void* x,
     const S* xs = static_cast<const S*>(x);
     S* ys = static_cast<S*>(y);
     if (fits_int32(total))
-      channel_affine_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          xs, scale, shift, ys, int32_t(total), int32_t(channels), Divider<int32_t>(inner),
-          Divider<int32_t>(channels));
+      launch(ctx, channel_affine_kernel<S, int32_t>, grid_for(total), kBlockThreads, 0, xs, scale,
+             shift, ys, int32_t(total), int32_t(channels), Divider<int32_t>(inner),
+             Divider<int32_t>(channels));
     else
-      channel_affine_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          xs, scale, shift, ys, total, channels, Divider<int64_t>(inner),
-          Divider<int64_t>(channels));
+      launch(ctx, channel_affine_kernel<S, int64_t>, grid_for(total), kBlockThreads, 0, xs, scale,
+             shift, ys, total, channels, Divider<int64_t>(inner), Divider<int64_t>(channels));
   });
 }
 

@@ -327,6 +327,7 @@ __device__ __forceinline__ void apply_units(const Op& op, I first, I end, I step
 template <typename I, class Op, int V = 1>
 __global__ void __launch_bounds__(kBlockThreads, 3)
     channel_reduce_kernel(ChannelWalk<I> walk, I parts, Op op, ReduceScratch scratch) {
+  wait_for_prior_grids();
   __shared__ double shared[Op::kWords * kBlockThreads];
   __shared__ float coef[coef_slots<Op>()];
   __shared__ bool last;
@@ -376,6 +377,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
 template <typename I, class Op, int V>
 __global__ void __launch_bounds__(kBlockThreads, 3)
     channel_reduce_apply_kernel(ChannelWalk<I> walk, I parts, Op op, ReduceScratch scratch) {
+  wait_for_prior_grids();
   __shared__ double shared[Op::kWords * 32];  // block_merge's
   __shared__ float coef[coef_slots<Op>()];
   const I task = I(blockIdx.x), c = task / parts, part = task - c * parts;
@@ -426,6 +428,7 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
 template <typename I, class Op>
 __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
     column_reduce_kernel(I rows, I channels, I parts, Op op, ReduceScratch scratch) {
+  wait_for_prior_grids();
   __shared__ double shared[Op::kWords * kColumnLanes * kColumnChannels];
   __shared__ float coef[kColumnChannels][coef_slots<Op>()];
   __shared__ bool last;
@@ -472,6 +475,7 @@ __global__ void __launch_bounds__(kColumnChannels * kColumnLanes)
 template <typename I, class Op, int V = 1>
 __global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
                                      Divider<I> by_channels, Op op, const float* coefficients) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I q = by_inner.div(i * I(V));
     const I c = q - by_channels.div(q) * channels;
@@ -504,9 +508,9 @@ void launch_channel_apply(const KernelContext& ctx, int64_t total, int64_t chann
                           int64_t inner, const Op& op, const float* coefficients) {
   with_channel_pack(inner, op, [&](auto width) {
     constexpr int V = decltype(width)::value;
-    channel_apply_kernel<I, Op, V><<<grid_for(total / V), kBlockThreads, 0, ctx.stream>>>(
-        I(total / V), I(channels), Divider<I>(std::max<int64_t>(inner, 1)), Divider<I>(channels),
-        op, coefficients);
+    launch(ctx, channel_apply_kernel<I, Op, V>, grid_for(total / V), kBlockThreads, 0,
+           I(total / V), I(channels), Divider<I>(std::max<int64_t>(inner, 1)),
+           Divider<I>(channels), op, coefficients);
   });
 }
 
@@ -568,15 +572,13 @@ void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channel
     const int64_t wanted = tiles >= 4 * sms ? 1 : (4 * sms + tiles - 1) / tiles;
     const int64_t parts =
         tiles < scratch.counter_words ? parts_for(wanted, kColumnLanes, 65535, 64) : 1;
-    column_reduce_kernel<I, Op><<<dim3(unsigned(tiles), unsigned(parts)),
-                                  dim3(kColumnChannels, kColumnLanes), 0, ctx.stream>>>(
-        I(outer), I(channels), I(parts), op, scratch);
+    launch(ctx, column_reduce_kernel<I, Op>, dim3(unsigned(tiles), unsigned(parts)),
+           dim3(kColumnChannels, kColumnLanes), 0, I(outer), I(channels), I(parts), op, scratch);
     if constexpr (Op::kApply) {
       if (parts > 1)
-        channel_apply_kernel<I, Op><<<grid_for(length * channels), kBlockThreads, 0,
-                                      ctx.stream>>>(I(length * channels), I(channels),
-                                                    Divider<I>(1), Divider<I>(channels), op,
-                                                    scratch.coefficients);
+        launch(ctx, channel_apply_kernel<I, Op>, grid_for(length * channels), kBlockThreads, 0,
+               I(length * channels), I(channels), Divider<I>(1), Divider<I>(channels), op,
+               scratch.coefficients);
     }
     return;
   }
@@ -608,7 +610,7 @@ void run_channel_reduce(const KernelContext& ctx, int64_t outer, int64_t channel
       }
     }
     const unsigned grid = unsigned(std::min<int64_t>(tasks, int64_t(1) << 24));
-    kernel<<<grid, kBlockThreads, 0, ctx.stream>>>(walk, I(parts), op, scratch);
+    launch(ctx, kernel, grid, kBlockThreads, 0, walk, I(parts), op, scratch);
   });
   if constexpr (Op::kApply) {
     if (parts > 1)

@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(columns_per_block<kLanes>() * kLanes)
     conv_grad_reduce_kernel(const float* dw_part, int64_t samples, int64_t columns_total,
                             int64_t columns, int64_t patch, int64_t out_channels, bool transposed,
                             int64_t tap_major_channels, float* dw, float* db, bool accumulate) {
+  wait_for_prior_grids();
   constexpr int kColumns = columns_per_block<kLanes>();
   __shared__ float partial[kLanes][kColumns + 1];
   const int tx = threadIdx.x % kColumns, ty = threadIdx.x / kColumns;
@@ -62,9 +63,9 @@ void launch_reduce(const KernelContext& ctx, const float* dw_part, int64_t sampl
                    bool accumulate) {
   constexpr int kColumns = columns_per_block<kLanes>();
   const int64_t blocks = (columns_total + kColumns - 1) / kColumns;
-  conv_grad_reduce_kernel<kLanes><<<unsigned(blocks), kColumns * kLanes, 0, ctx.stream>>>(
-      dw_part, samples, columns_total, columns, patch, out_channels, transposed,
-      tap_major_channels, dw, db, accumulate);
+  launch(ctx, conv_grad_reduce_kernel<kLanes>, unsigned(blocks), kColumns * kLanes, 0, dw_part,
+         samples, columns_total, columns, patch, out_channels, transposed, tap_major_channels, dw,
+         db, accumulate);
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ void dispatch(const KernelContext& ctx, const void* x, DType x_type, void* y, DT
 }
 
 __global__ void fill_u16_kernel(uint16_t* dst, int64_t n, uint16_t bits) {
+  wait_for_prior_grids();
   for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) dst[i] = bits;
 }
 
@@ -70,8 +71,8 @@ void launch_scale(const KernelContext& ctx, const void* x, DType x_type, const f
 
 void launch_fill_half(const KernelContext& ctx, void* dst, DType type, int64_t n, float value) {
   if (n <= 0) return;
-  fill_u16_kernel<<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(
-      static_cast<uint16_t*>(dst), n, float_to_half_bits(type, value));
+  launch(ctx, fill_u16_kernel, grid_for(n), kBlockThreads, 0, static_cast<uint16_t*>(dst), n,
+         float_to_half_bits(type, value));
 }
 
 }  // namespace trident::cuda

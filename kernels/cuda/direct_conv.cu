@@ -75,6 +75,7 @@ template <typename S, int kPatch>
 __global__ void __launch_bounds__(kThreads)
     direct_forward_kernel(const S* __restrict__ x, const S* __restrict__ w,
                           const float* __restrict__ bias, S* __restrict__ y, Geometry g) {
+  wait_for_prior_grids();
   extern __shared__ float4 kernel_smem[];  // [OC][kPatch] floats, zeros past the patch
   float* kernel = reinterpret_cast<float*>(kernel_smem);
   __shared__ PatchTable table;
@@ -143,10 +144,9 @@ void launch_direct_conv_forward(const KernelContext& ctx, const Conv2dShape& s, 
       constexpr int kPatch = decltype(patch)::value;
       const int bytes = g.oc * kPatch * int(sizeof(float));
       allow_dynamic_shared_memory<direct_forward_kernel<S, kPatch>>(bytes);
-      direct_forward_kernel<S, kPatch>
-          <<<unsigned((g.positions + kThreads - 1) / kThreads), kThreads, size_t(bytes),
-             ctx.stream>>>(static_cast<const S*>(x), static_cast<const S*>(w), bias,
-                           static_cast<S*>(y), g);
+      launch(ctx, direct_forward_kernel<S, kPatch>,
+             unsigned((g.positions + kThreads - 1) / kThreads), kThreads, size_t(bytes),
+             static_cast<const S*>(x), static_cast<const S*>(w), bias, static_cast<S*>(y), g);
     });
   });
 }

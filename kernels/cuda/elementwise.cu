@@ -12,6 +12,7 @@ namespace {
 
 template <typename T>
 __global__ void fill_kernel(T* dst, int64_t n, T value) {
+  wait_for_prior_grids();
   for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) dst[i] = value;
 }
 
@@ -78,6 +79,7 @@ template <typename S, typename I, UnaryOp kOp>
 __global__ void gemm_epilogue_kernel(S* c, int64_t ldc, I total, I n, Divider<I> by_n,
                                      const float* bias, int bias_kind, float alpha,
                                      bool k_was_zero, float beta) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I row = by_n.div(i), col = i - row * n;
     S* p = c + int64_t(row) * ldc + col;
@@ -92,6 +94,7 @@ template <typename S, typename I>
 __global__ void dropout_kernel(const S* x, S* y, I n, Divider<I> by_group, int64_t group_offset,
                                float p, float scale, uint64_t seed, uint32_t rng_stream,
                                const uint32_t* step_state) {
+  wait_for_prior_grids();
   const uint32_t step = step_state[1];
   for (I i = first_index<I>(); i < n; i += grid_step<I>()) {
     const uint64_t g = static_cast<uint64_t>(group_offset + int64_t(by_group.div(i)));
@@ -103,19 +106,19 @@ __global__ void dropout_kernel(const S* x, S* y, I n, Divider<I> by_group, int64
 template <typename S, typename I, UnaryOp kOp>
 void epilogue_as(const KernelContext& ctx, void* c, int64_t ldc, int64_t m, int64_t n,
                  const float* bias, int kind, float alpha, bool k_was_zero, float beta) {
-  gemm_epilogue_kernel<S, I, kOp><<<grid_for(m * n), kBlockThreads, 0, ctx.stream>>>(
-      static_cast<S*>(c), ldc, I(m * n), I(n), Divider<I>(n), bias, kind, alpha, k_was_zero,
-      beta);
+  launch(ctx, gemm_epilogue_kernel<S, I, kOp>, grid_for(m * n), kBlockThreads, 0,
+         static_cast<S*>(c), ldc, I(m * n), I(n), Divider<I>(n), bias, kind, alpha, k_was_zero,
+         beta);
 }
 
 }  // namespace
 
 void launch_fill_f32(const KernelContext& ctx, float* dst, int64_t n, float value) {
-  if (n > 0) fill_kernel<float><<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(dst, n, value);
+  if (n > 0) launch(ctx, fill_kernel<float>, grid_for(n), kBlockThreads, 0, dst, n, value);
 }
 
 void launch_fill_i32(const KernelContext& ctx, int32_t* dst, int64_t n, int32_t value) {
-  if (n > 0) fill_kernel<int32_t><<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(dst, n, value);
+  if (n > 0) launch(ctx, fill_kernel<int32_t>, grid_for(n), kBlockThreads, 0, dst, n, value);
 }
 
 void launch_axpby(const KernelContext& ctx, DType type, const void* x, void* y, int64_t n,
@@ -203,13 +206,11 @@ void launch_dropout(const KernelContext& ctx, DType type, const void* x, void* y
     const S* xs = static_cast<const S*>(x);
     S* ys = static_cast<S*>(y);
     if (fits_int32(n))
-      dropout_kernel<S, int32_t><<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(
-          xs, ys, int32_t(n), Divider<int32_t>(divisor), group_offset, p, scale, seed,
-          rng_stream, step_state);
+      launch(ctx, dropout_kernel<S, int32_t>, grid_for(n), kBlockThreads, 0, xs, ys, int32_t(n),
+             Divider<int32_t>(divisor), group_offset, p, scale, seed, rng_stream, step_state);
     else
-      dropout_kernel<S, int64_t><<<grid_for(n), kBlockThreads, 0, ctx.stream>>>(
-          xs, ys, n, Divider<int64_t>(divisor), group_offset, p, scale, seed, rng_stream,
-          step_state);
+      launch(ctx, dropout_kernel<S, int64_t>, grid_for(n), kBlockThreads, 0, xs, ys, n,
+             Divider<int64_t>(divisor), group_offset, p, scale, seed, rng_stream, step_state);
   });
 }
 

@@ -21,6 +21,7 @@ __global__ void gather_rows_kernel(const Word* src, int64_t src_rows, I words,
                                    Divider<I> by_words, const int32_t* table, int64_t table_size,
                                    I rows, const uint32_t* step_state, Word* dst,
                                    int32_t* error) {
+  wait_for_prior_grids();
   const uint32_t position = step_state[0];
   const bool batch_ok = batch_in_table(position, rows, table_size);
   const I total = rows * words;
@@ -48,6 +49,7 @@ __global__ void gather_samples_kernel(const void* src, bool src_is_u8, int64_t s
                                       int64_t table_size, int64_t rows,
                                       const uint32_t* step_state, SampleTransformArgs t,
                                       AnyFloat dst, int32_t* error) {
+  wait_for_prior_grids();
   __shared__ int64_t index, shift_h, shift_w;  // index -1: the sample is written as zeros
   __shared__ bool flip;
   const uint32_t position = step_state[0], step = step_state[1];
@@ -105,6 +107,7 @@ __global__ void gather_samples_kernel(const void* src, bool src_is_u8, int64_t s
 }
 
 __global__ void advance_step_kernel(uint32_t* step_state) {
+  wait_for_prior_grids();
   step_state[0] += 1;
   step_state[1] += 1;
 }
@@ -117,13 +120,13 @@ void gather_as(const KernelContext& ctx, const void* src, int64_t src_rows, size
                void* dst) {
   const int64_t words = int64_t(row_bytes / sizeof(Word)), total = rows * words;
   if (fits_int32(total))
-    gather_rows_kernel<int32_t, Word><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        static_cast<const Word*>(src), src_rows, int32_t(words), Divider<int32_t>(words), table,
-        table_size, int32_t(rows), step_state, static_cast<Word*>(dst), ctx.error_flag);
+    launch(ctx, gather_rows_kernel<int32_t, Word>, grid_for(total), kBlockThreads, 0,
+           static_cast<const Word*>(src), src_rows, int32_t(words), Divider<int32_t>(words),
+           table, table_size, int32_t(rows), step_state, static_cast<Word*>(dst), ctx.error_flag);
   else
-    gather_rows_kernel<int64_t, Word><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        static_cast<const Word*>(src), src_rows, words, Divider<int64_t>(words), table,
-        table_size, rows, step_state, static_cast<Word*>(dst), ctx.error_flag);
+    launch(ctx, gather_rows_kernel<int64_t, Word>, grid_for(total), kBlockThreads, 0,
+           static_cast<const Word*>(src), src_rows, words, Divider<int64_t>(words), table,
+           table_size, rows, step_state, static_cast<Word*>(dst), ctx.error_flag);
 }
 
 }  // namespace
@@ -150,18 +153,17 @@ void launch_gather_samples(const KernelContext& ctx, const void* src, bool src_i
   if (rows <= 0 || sample <= 0) return;
   const unsigned blocks = unsigned(rows < kMaxBlocks ? rows : kMaxBlocks);
   if (fits_int32(sample))
-    gather_samples_kernel<int32_t><<<blocks, kBlockThreads, 0, ctx.stream>>>(
-        src, src_is_u8, src_rows, int32_t(plane), int32_t(sample), int32_t(width),
-        Divider<int32_t>(plane), Divider<int32_t>(width), table, table_size, rows, step_state,
-        t, dst, ctx.error_flag);
+    launch(ctx, gather_samples_kernel<int32_t>, blocks, kBlockThreads, 0, src, src_is_u8,
+           src_rows, int32_t(plane), int32_t(sample), int32_t(width), Divider<int32_t>(plane),
+           Divider<int32_t>(width), table, table_size, rows, step_state, t, dst, ctx.error_flag);
   else
-    gather_samples_kernel<int64_t><<<blocks, kBlockThreads, 0, ctx.stream>>>(
-        src, src_is_u8, src_rows, plane, sample, width, Divider<int64_t>(plane),
-        Divider<int64_t>(width), table, table_size, rows, step_state, t, dst, ctx.error_flag);
+    launch(ctx, gather_samples_kernel<int64_t>, blocks, kBlockThreads, 0, src, src_is_u8,
+           src_rows, plane, sample, width, Divider<int64_t>(plane), Divider<int64_t>(width),
+           table, table_size, rows, step_state, t, dst, ctx.error_flag);
 }
 
 void launch_advance_step(const KernelContext& ctx, uint32_t* step_state) {
-  advance_step_kernel<<<1, 1, 0, ctx.stream>>>(step_state);
+  launch(ctx, advance_step_kernel, 1, 1, 0, step_state);
 }
 
 }  // namespace trident::cuda

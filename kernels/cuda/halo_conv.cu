@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kThreads, BM == 32 ? 3 : 2)
     halo_gather_kernel(const S* __restrict__ in_t, const S* __restrict__ w_t,
                        const float* __restrict__ bias, S* __restrict__ out, ConvGather g,
                        HaloPlan p, int m_total) {
+  wait_for_prior_grids();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int BN = kBN<BM>, kWarpsN = BN / kWarpN;
   extern __shared__ __align__(128) char smem[];
@@ -251,9 +252,8 @@ void launch_kernel(const KernelContext& ctx, HaloPlan p, const void* in_t, const
   const int bytes = p.a_bytes + p.windows * p.w_bytes;
   allow_dynamic_shared_memory<kernel>(bytes);
   const dim3 grid(unsigned(blocks), unsigned((m_total + BM - 1) / BM));
-  kernel<<<grid, kThreads, size_t(bytes), ctx.stream>>>(
-      static_cast<const S*>(in_t), static_cast<const S*>(w_t), bias, static_cast<S*>(out), g, p,
-      int(m_total));
+  launch(ctx, kernel, grid, kThreads, size_t(bytes), static_cast<const S*>(in_t),
+         static_cast<const S*>(w_t), bias, static_cast<S*>(out), g, p, int(m_total));
 }
 
 template <typename S, int BM>

@@ -62,6 +62,7 @@ template <typename S>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     halo_wgrad_kernel(const S* __restrict__ x_t, const S* __restrict__ dy_t,
                       float* __restrict__ partials, ConvGather g, WgradPlan p, int m_total) {
+  wait_for_prior_grids();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kAVecs = BM / 8;  // 16-byte copies per dy row
   extern __shared__ __align__(128) char smem[];
@@ -220,9 +221,8 @@ void launch_kernel(const KernelContext& ctx, WgradPlan p, const void* x_t, const
   const int bytes = p.buffers == 2 ? two : one;
   allow_dynamic_shared_memory<kernel>(bytes);
   const dim3 grid(unsigned(splits), unsigned(g.xc / kChunk), unsigned(m_total / BM));
-  kernel<<<grid, kThreads, size_t(bytes), ctx.stream>>>(static_cast<const S*>(x_t),
-                                                       static_cast<const S*>(dy_t), partials, g,
-                                                       p, int(m_total));
+  launch(ctx, kernel, grid, kThreads, size_t(bytes), static_cast<const S*>(x_t),
+         static_cast<const S*>(dy_t), partials, g, p, int(m_total));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ template <typename S, typename I>
 __global__ void im2col_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
                               I col_items, const float* bias, I y_items, I out_channels,
                               Divider<I> by_out_channels, S* y) {
+  wait_for_prior_grids();
   const I total = col_items + y_items;
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     if (i < col_items) {
@@ -72,6 +73,7 @@ __global__ void im2col_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
 // oh = (h + PH - kh) / SH, one lower each step; likewise for the columns.
 template <typename S, typename I>
 __global__ void col2im_kernel(PatchDims<I> d, const S* col, I total, S* dx) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I t2 = d.by_h.div(t), h = t - t2 * d.h;
@@ -125,6 +127,7 @@ __device__ __forceinline__ void write_patch_packs(const PatchDims<I>& d, const S
 template <typename S, typename I, int Q>
 __global__ void im2col_packed_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
                                      I items, Divider<I> by_packs) {
+  wait_for_prior_grids();
   const I packs = d.p / I(Q);
   for (I i = first_index<I>(); i < items; i += grid_step<I>()) {
     const I t = by_packs.div(i), p0 = (i - t * packs) * I(Q);
@@ -149,6 +152,7 @@ __global__ void im2col_packed_kernel(PatchDims<I> d, const S* x, S* col, bool on
 template <typename S, typename I, int Q>
 __global__ void col2im_packed_kernel(PatchDims<I> d, const S* col, I items, Divider<I> by_packs,
                                      S* dx) {
+  wait_for_prior_grids();
   const I packs = d.w / I(Q);
   for (I i = first_index<I>(); i < items; i += grid_step<I>()) {
     const I t = by_packs.div(i), w_first = (i - t * packs) * I(Q);
@@ -191,6 +195,7 @@ template <typename S, typename I, int Q>
 __global__ void im2col_folded_packed_kernel(PatchDims<I> d, const S* x, S* col, bool ones_row,
                                             I items, I packs_per_row,
                                             Divider<I> by_packs_per_row) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < items; i += grid_step<I>()) {
     const I c = by_packs_per_row.div(i), j0 = (i - c * packs_per_row) * I(Q);
     I base[Q], h0[Q], w0[Q];
@@ -226,6 +231,7 @@ template <typename S, typename I, int Q>
 __global__ void fold_kernel(const S* src, const float* bias, I total, I channels, I positions,
                             I samples, Divider<I> by_p, Divider<I> by_c, Divider<I> by_n,
                             bool to_channels, S* dst) {
+  wait_for_prior_grids();
   using P = Pack<S, Q>;
   const P* from = reinterpret_cast<const P*>(src);
   P* to = reinterpret_cast<P*>(dst);
@@ -253,6 +259,7 @@ __global__ void fold_packed_dst_kernel(const S* src, const float* bias, I total,
                                        I positions, I samples, Divider<I> by_p,
                                        Divider<I> by_c, Divider<I> by_n, bool to_channels,
                                        S* dst) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I first = i * I(Q);
     const I t = by_p.div(first);
@@ -290,10 +297,10 @@ void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const f
       using I = decltype(zero);
       constexpr int Q = decltype(width)::value;
       const int64_t packs = total / Q, run_packs = positions / Q;
-      fold_kernel<S, I, Q><<<grid_for(packs), kBlockThreads, 0, ctx.stream>>>(
-          static_cast<const S*>(src), bias, I(packs), I(channels), I(run_packs), I(samples),
-          Divider<I>(run_packs), Divider<I>(channels), Divider<I>(samples), to_channels,
-          static_cast<S*>(dst));
+      launch(ctx, fold_kernel<S, I, Q>, grid_for(packs), kBlockThreads, 0,
+             static_cast<const S*>(src), bias, I(packs), I(channels), I(run_packs), I(samples),
+             Divider<I>(run_packs), Divider<I>(channels), Divider<I>(samples), to_channels,
+             static_cast<S*>(dst));
     };
     auto with_width = [&](auto zero) {
       const int q =
@@ -305,10 +312,10 @@ void launch_fold(const KernelContext& ctx, DType dtype, const void* src, const f
         using I = decltype(zero);
         with_pack_width<sizeof(S)>(q_dst, [&](auto width) {
           constexpr int Q = decltype(width)::value;
-          fold_packed_dst_kernel<S, I, Q><<<grid_for(total / Q), kBlockThreads, 0, ctx.stream>>>(
-              static_cast<const S*>(src), bias, I(total / Q), I(channels), I(positions),
-              I(samples), Divider<I>(positions), Divider<I>(channels), Divider<I>(samples),
-              to_channels, static_cast<S*>(dst));
+          launch(ctx, fold_packed_dst_kernel<S, I, Q>, grid_for(total / Q), kBlockThreads, 0,
+                 static_cast<const S*>(src), bias, I(total / Q), I(channels), I(positions),
+                 I(samples), Divider<I>(positions), Divider<I>(channels), Divider<I>(samples),
+                 to_channels, static_cast<S*>(dst));
         });
         return;
       }
@@ -340,23 +347,23 @@ void im2col_as(const KernelContext& ctx, const Conv2dShape& s, int64_t samples, 
       with_pack_width<sizeof(S)>(q_folded, [&](auto width) {
         constexpr int Q = decltype(width)::value;
         const int64_t packs_per_row = samples * d.p / Q, items = s.in_channels * packs_per_row;
-        im2col_folded_packed_kernel<S, I, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
-            d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
-            I(packs_per_row), Divider<I>(packs_per_row));
+        launch(ctx, im2col_folded_packed_kernel<S, I, Q>, grid_for(items), kBlockThreads, 0, d,
+               static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
+               I(packs_per_row), Divider<I>(packs_per_row));
       });
       return;
     }
     with_pack_width<sizeof(S)>(q, [&](auto width) {
       constexpr int Q = decltype(width)::value;
       if constexpr (Q == 1) {  // one value a thread, and the bias items
-        im2col_kernel<S, I><<<grid_for(col_items + y_items), kBlockThreads, 0, ctx.stream>>>(
-            d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(col_items), bias,
-            I(y_items), I(s.out_channels), Divider<I>(s.out_channels), static_cast<S*>(y));
+        launch(ctx, im2col_kernel<S, I>, grid_for(col_items + y_items), kBlockThreads, 0, d,
+               static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(col_items), bias,
+               I(y_items), I(s.out_channels), Divider<I>(s.out_channels), static_cast<S*>(y));
       } else {
         const int64_t items = col_items / Q;
-        im2col_packed_kernel<S, I, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
-            d, static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
-            Divider<I>(d.p / Q));
+        launch(ctx, im2col_packed_kernel<S, I, Q>, grid_for(items), kBlockThreads, 0, d,
+               static_cast<const S*>(x), static_cast<S*>(col), ones_row, I(items),
+               Divider<I>(d.p / Q));
       }
     });
   });
@@ -396,15 +403,16 @@ void launch_col2im(const KernelContext& ctx, const Conv2dShape& s, int64_t sampl
       constexpr int Q = decltype(width)::value;
       if constexpr (Q > 1) {
         const int64_t items = total / Q;
-        col2im_packed_kernel<S, int32_t, Q><<<grid_for(items), kBlockThreads, 0, ctx.stream>>>(
-            patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(items),
-            Divider<int32_t>(int32_t(s.width / Q)), out);
+        launch(ctx, col2im_packed_kernel<S, int32_t, Q>, grid_for(items), kBlockThreads, 0,
+               patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(items),
+               Divider<int32_t>(int32_t(s.width / Q)), out);
       } else if (small) {
-        col2im_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-            patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(total), out);
+        launch(ctx, col2im_kernel<S, int32_t>, grid_for(total), kBlockThreads, 0,
+               patch_dims<int32_t>(s, rows_per_sample, samples, folded), cols, int32_t(total),
+               out);
       } else {
-        col2im_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-            patch_dims<int64_t>(s, rows_per_sample, samples, folded), cols, total, out);
+        launch(ctx, col2im_kernel<S, int64_t>, grid_for(total), kBlockThreads, 0,
+               patch_dims<int64_t>(s, rows_per_sample, samples, folded), cols, total, out);
       }
     });
   });

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
     gather_conv_kernel(const StorageOf<M>* __restrict__ in_t, const StorageOf<M>* __restrict__ w_t,
                        const float* __restrict__ bias, StorageOf<M>* __restrict__ out,
                        const __grid_constant__ GatherProducts products, int m_total) {
+  wait_for_prior_grids();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   using S = StorageOf<M>;
   const Gather& g = products.g[blockIdx.z];
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
     wgrad_conv_kernel(const StorageOf<M>* __restrict__ x_t, const StorageOf<M>* __restrict__ dy_t,
                       float* __restrict__ partials, Gather g, int m_total, int positions_total,
                       int slice_positions) {
+  wait_for_prior_grids();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   using Mma = BlockMma<M, BM, kBN, true, false, kWgradStages>;
   using E = typename Mma::E;
@@ -285,9 +287,9 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
 
 // Launches kKernel with its dynamic shared memory.
 template <auto kKernel, typename... Args>
-void launch_with_smem(int bytes, dim3 grid, cudaStream_t stream, const Args&... args) {
+void launch_with_smem(const KernelContext& ctx, int bytes, dim3 grid, const Args&... args) {
   allow_dynamic_shared_memory<kKernel>(bytes);
-  kKernel<<<grid, kThreads, bytes, stream>>>(args...);
+  launch(ctx, kKernel, grid, kThreads, size_t(bytes), args...);
 }
 
 template <class F>
@@ -331,8 +333,8 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
     const dim3 grid(unsigned((most + BN - 1) / BN), unsigned((m_total + BM - 1) / BM),
                     unsigned(count));
     launch_with_smem<gather_conv_kernel<M, BM>>(
-        Mma::kTileBytes, grid, ctx.stream, static_cast<const S*>(in_t),
-        static_cast<const S*>(w_t), bias, static_cast<S*>(out), products, int(m_total));
+        ctx, Mma::kTileBytes, grid, static_cast<const S*>(in_t), static_cast<const S*>(w_t), bias,
+        static_cast<S*>(out), products, int(m_total));
   });
 }
 
@@ -473,10 +475,10 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
     using M = decltype(tag);
     using S = StorageOf<M>;
     transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
-    layout::arrange_weights_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
-        static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t),
-        reinterpret_cast<S*>(workspace + ws.w_flip), int(s.out_channels), int(s.in_channels),
-        int(s.kernel_h), int(s.kernel_w), int(s.stride_h), int(s.stride_w));
+    launch(ctx, layout::arrange_weights_kernel<S>, weight_blocks(s), 256, 0,
+           static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t),
+           reinterpret_cast<S*>(workspace + ws.w_flip), int(s.out_channels), int(s.in_channels),
+           int(s.kernel_h), int(s.kernel_w), int(s.stride_h), int(s.stride_w));
     gather<M>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
               s.out_channels);
   });
@@ -518,7 +520,7 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
         const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
                         unsigned(ws.splits));
         launch_with_smem<wgrad_conv_kernel<M, BM>>(
-            Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid, ctx.stream,
+            ctx, Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid,
             static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
             static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
             forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
@@ -526,10 +528,10 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     }
     if (!dx) return;
     if (!x_t_valid)  // else the forward left it
-      layout::arrange_weights_kernel<S><<<weight_blocks(s), 256, 0, ctx.stream>>>(
-          static_cast<const S*>(w), nullptr, reinterpret_cast<S*>(workspace + ws.w_flip),
-          int(s.out_channels), int(s.in_channels), int(s.kernel_h), int(s.kernel_w),
-          int(s.stride_h), int(s.stride_w));
+      launch(ctx, layout::arrange_weights_kernel<S>, weight_blocks(s), 256, 0,
+             static_cast<const S*>(w), nullptr, reinterpret_cast<S*>(workspace + ws.w_flip),
+             int(s.out_channels), int(s.in_channels), int(s.kernel_h), int(s.kernel_w),
+             int(s.stride_h), int(s.stride_w));
     data_gradient<M>(ctx, s, workspace + ws.dy_t,
                      reinterpret_cast<const S*>(workspace + ws.w_flip), dx);
   });

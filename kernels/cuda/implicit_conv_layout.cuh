@@ -21,6 +21,7 @@ using Vec = Pack<S, kVec<S>>;
 template <typename S>
 __global__ void transpose_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows,
                                  int cols) {
+  wait_for_prior_grids();
   __shared__ S tile[32][33];
   const int64_t batch = blockIdx.z;
   const S* in = src + batch * rows * cols;
@@ -43,6 +44,7 @@ constexpr int kSampleTransposeBytes = 96 * 1024;
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     transpose_sample_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows, int cols) {
+  wait_for_prior_grids();
   extern __shared__ __align__(16) char smem[];
   S* tile = reinterpret_cast<S*>(smem);
   constexpr int V = kVec<S>;
@@ -90,6 +92,7 @@ template <typename S>
 __global__ void arrange_weights_kernel(const S* __restrict__ w, S* __restrict__ w_t,
                                        S* __restrict__ w_flip, int oc_total, int c_total, int kh,
                                        int kw, int sy, int sx) {
+  wait_for_prior_grids();
   const int taps = kh * kw, total = oc_total * c_total * taps;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int tap = i % taps, rest = i / taps, c = rest % c_total, oc = rest / c_total;
@@ -111,13 +114,13 @@ inline void transpose(const KernelContext& ctx, const void* src, void* dst, int6
   if (rows % kVec<S> == 0 && bytes <= kSampleTransposeBytes && pack_aligned(src, 16) &&
       pack_aligned(dst, 16)) {
     allow_dynamic_shared_memory<transpose_sample_kernel<S>>(kSampleTransposeBytes);
-    transpose_sample_kernel<S><<<unsigned(batches), kThreads, size_t(bytes), ctx.stream>>>(
-        static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols));
+    launch(ctx, transpose_sample_kernel<S>, unsigned(batches), kThreads, size_t(bytes),
+           static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols));
     return;
   }
   const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32), unsigned(batches));
-  transpose_kernel<S><<<grid, dim3(32, 8), 0, ctx.stream>>>(
-      static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols));
+  launch(ctx, transpose_kernel<S>, grid, dim3(32, 8), 0, static_cast<const S*>(src),
+         static_cast<S*>(dst), int(rows), int(cols));
 }
 
 }  // namespace trident::cuda::layout

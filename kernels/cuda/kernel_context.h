@@ -32,11 +32,14 @@ struct FloatData {
 
 struct KernelContext {
   cudaStream_t stream = nullptr;
-  int sms = 1;                    // streaming multiprocessors of the device
+  int sms = 1;  // streaming multiprocessors of the device
   ReduceScratch scratch;
   int32_t* error_flag = nullptr;  // Device::error_flag(): i32 [2] = {DeviceErrorCode, value}
   // Whether kernels may be launched cooperatively (all blocks resident, a grid-wide barrier).
   bool cooperative_launch = false;
+  // Whether launch() may start a kernel before the one before it has completed (programmatic
+  // dependent launch, compute capability 9.0+; see launch.cuh).
+  bool dependent_launch = false;
 };
 
 }  // namespace trident::cuda

@@ -12,6 +12,7 @@ namespace trident::cuda {
 
 template <int V, class Op>
 __global__ void map_kernel(Op op, int64_t n, bool packed) {
+  wait_for_prior_grids();
   int64_t begin = 0;
   if (packed) {
     const int64_t packs = n / V;
@@ -28,8 +29,8 @@ __global__ void map_kernel(Op op, int64_t n, bool packed) {
 template <int V, class Op>
 void launch_map(const KernelContext& ctx, const Op& op, int64_t n, bool packed) {
   if (n <= 0) return;
-  map_kernel<V, Op><<<grid_for(packed ? (n + V - 1) / V : n), kBlockThreads, 0, ctx.stream>>>(
-      op, n, packed);
+  launch(ctx, map_kernel<V, Op>, grid_for(packed ? (n + V - 1) / V : n), kBlockThreads, 0, op, n,
+         packed);
 }
 
 }  // namespace trident::cuda

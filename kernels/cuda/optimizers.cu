@@ -97,6 +97,7 @@ __device__ __forceinline__ void for_each_parameter(float* p, const float* g, flo
 template <typename C>
 __global__ void sgd_kernel(float* params, const float* grads, float* momentum, C* copy, int64_t n,
                            SgdParams hp, UpdateControlArgs control, const uint32_t* step_state) {
+  wait_for_prior_grids();
   __shared__ Resolved step;
   if (threadIdx.x == 0) step = resolve(hp.lr, hp.momentum, hp.grad_scale, control, step_state);
   __syncthreads();
@@ -123,6 +124,7 @@ template <typename C>
 __global__ void adam_kernel(float* params, const float* grads, float* m, float* v, C* copy,
                             int64_t n, AdamParams hp, UpdateControlArgs control,
                             const uint32_t* step_state) {
+  wait_for_prior_grids();
   __shared__ AdamStep step;
   if (threadIdx.x == 0) {
     const Resolved r = resolve(hp.lr, hp.beta1, hp.grad_scale, control, step_state);
@@ -157,6 +159,7 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
 // kernels/cpu/optimizers.cpp's update_loss_scale.
 __global__ void update_loss_scale_kernel(float* state, const float* grad_sumsq,
                                          LossScaleParams params) {
+  wait_for_prior_grids();
   if (!isfinite(grad_sumsq[0])) {
     state[0] *= params.backoff;
     state[1] = 0.0f;
@@ -178,14 +181,14 @@ void launch_sgd_update(const KernelContext& ctx, float* params, const float* gra
   if (n <= 0) return;
   const unsigned grid = grid_for((n + 3) / 4);
   if (!copy)
-    sgd_kernel<float><<<grid, kBlockThreads, 0, ctx.stream>>>(params, grads, momentum, nullptr, n,
-                                                              hp, control, step_state);
+    launch(ctx, sgd_kernel<float>, grid, kBlockThreads, 0, params, grads, momentum, nullptr, n,
+           hp, control, step_state);
   else if (copy_type == DType::bf16)
-    sgd_kernel<Bf16><<<grid, kBlockThreads, 0, ctx.stream>>>(
-        params, grads, momentum, static_cast<Bf16*>(copy), n, hp, control, step_state);
+    launch(ctx, sgd_kernel<Bf16>, grid, kBlockThreads, 0, params, grads, momentum,
+           static_cast<Bf16*>(copy), n, hp, control, step_state);
   else
-    sgd_kernel<F16><<<grid, kBlockThreads, 0, ctx.stream>>>(
-        params, grads, momentum, static_cast<F16*>(copy), n, hp, control, step_state);
+    launch(ctx, sgd_kernel<F16>, grid, kBlockThreads, 0, params, grads, momentum,
+           static_cast<F16*>(copy), n, hp, control, step_state);
 }
 
 void launch_adam_update(const KernelContext& ctx, float* params, const float* grads, float* m,
@@ -195,19 +198,19 @@ void launch_adam_update(const KernelContext& ctx, float* params, const float* gr
   if (n <= 0) return;
   const unsigned grid = grid_for((n + 3) / 4);
   if (!copy)
-    adam_kernel<float><<<grid, kBlockThreads, 0, ctx.stream>>>(params, grads, m, v, nullptr, n, hp,
-                                                               control, step_state);
+    launch(ctx, adam_kernel<float>, grid, kBlockThreads, 0, params, grads, m, v, nullptr, n, hp,
+           control, step_state);
   else if (copy_type == DType::bf16)
-    adam_kernel<Bf16><<<grid, kBlockThreads, 0, ctx.stream>>>(
-        params, grads, m, v, static_cast<Bf16*>(copy), n, hp, control, step_state);
+    launch(ctx, adam_kernel<Bf16>, grid, kBlockThreads, 0, params, grads, m, v,
+           static_cast<Bf16*>(copy), n, hp, control, step_state);
   else
-    adam_kernel<F16><<<grid, kBlockThreads, 0, ctx.stream>>>(
-        params, grads, m, v, static_cast<F16*>(copy), n, hp, control, step_state);
+    launch(ctx, adam_kernel<F16>, grid, kBlockThreads, 0, params, grads, m, v,
+           static_cast<F16*>(copy), n, hp, control, step_state);
 }
 
 void launch_update_loss_scale(const KernelContext& ctx, float* state, const float* grad_sumsq,
                               const LossScaleParams& params) {
-  update_loss_scale_kernel<<<1, 1, 0, ctx.stream>>>(state, grad_sumsq, params);
+  launch(ctx, update_loss_scale_kernel, 1, 1, 0, state, grad_sumsq, params);
 }
 
 }  // namespace trident::cuda

@@ -47,6 +47,7 @@ __device__ __forceinline__ Covering<I> covering(I at, I kernel, I pad, I outputs
 template <typename S, typename I>
 __global__ void maxpool2d_forward_kernel(PoolDims<I> d, I total, const S* x, S* y,
                                          int32_t* argmax) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_ow.div(i), ow = i - t * d.ow;
     const I plane = d.by_oh.div(t), oh = t - plane * d.oh;
@@ -72,6 +73,7 @@ __global__ void maxpool2d_forward_kernel(PoolDims<I> d, I total, const S* x, S* 
 template <typename S, typename I>
 __global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy,
                                           const int32_t* argmax, S* dx) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I plane = d.by_h.div(t), h = t - plane * d.h;
@@ -91,6 +93,7 @@ __global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy,
 
 template <typename S, typename I>
 __global__ void avgpool2d_forward_kernel(PoolDims<I> d, I total, const S* x, S* y) {
+  wait_for_prior_grids();
   const float divisor = float(d.kh * d.kw);
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_ow.div(i), ow = i - t * d.ow;
@@ -110,6 +113,7 @@ __global__ void avgpool2d_forward_kernel(PoolDims<I> d, I total, const S* x, S* 
 template <typename S, typename I>
 __global__ void avgpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy, S* dx,
                                           float inverse) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I t = d.by_w.div(i), w = i - t * d.w;
     const I plane = d.by_h.div(t), h = t - plane * d.h;
@@ -128,6 +132,7 @@ __global__ void avgpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy, S
 template <typename S>
 __global__ void global_avgpool_forward_kernel(const S* x, int64_t planes, int64_t plane_size,
                                               float divisor, S* y) {
+  wait_for_prior_grids();
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t plane = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; plane < planes;
@@ -143,6 +148,7 @@ __global__ void global_avgpool_forward_kernel(const S* x, int64_t planes, int64_
 template <typename S, typename I>
 __global__ void global_avgpool_backward_kernel(const S* dy, I total, Divider<I> by_plane_size,
                                                float inverse, S* dx) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>())
     dx[i] = from_float<S>(__fmul_rn(to_float(dy[by_plane_size.div(i)]), inverse));
 }
@@ -180,11 +186,11 @@ void launch_maxpool2d_forward(const KernelContext& ctx, DType type, const Pool2d
     const S* xs = static_cast<const S*>(x);
     S* ys = static_cast<S*>(y);
     if (fits(s))
-      maxpool2d_forward_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int32_t>(s), int32_t(total), xs, ys, argmax);
+      launch(ctx, maxpool2d_forward_kernel<S, int32_t>, grid_for(total), kBlockThreads, 0,
+             pool_dims<int32_t>(s), int32_t(total), xs, ys, argmax);
     else
-      maxpool2d_forward_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int64_t>(s), total, xs, ys, argmax);
+      launch(ctx, maxpool2d_forward_kernel<S, int64_t>, grid_for(total), kBlockThreads, 0,
+             pool_dims<int64_t>(s), total, xs, ys, argmax);
   });
 }
 
@@ -196,11 +202,11 @@ void launch_maxpool2d_backward(const KernelContext& ctx, DType type, const Pool2
     const S* dys = static_cast<const S*>(dy);
     S* dxs = static_cast<S*>(dx);
     if (fits(s))
-      maxpool2d_backward_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int32_t>(s), int32_t(total), dys, argmax, dxs);
+      launch(ctx, maxpool2d_backward_kernel<S, int32_t>, grid_for(total), kBlockThreads, 0,
+             pool_dims<int32_t>(s), int32_t(total), dys, argmax, dxs);
     else
-      maxpool2d_backward_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int64_t>(s), total, dys, argmax, dxs);
+      launch(ctx, maxpool2d_backward_kernel<S, int64_t>, grid_for(total), kBlockThreads, 0,
+             pool_dims<int64_t>(s), total, dys, argmax, dxs);
   });
 }
 
@@ -213,14 +219,14 @@ void launch_avgpool2d_forward(const KernelContext& ctx, DType type, const Pool2d
     S* ys = static_cast<S*>(y);
     if (global_window(s)) {
       const int64_t planes = s.batch * s.channels;
-      global_avgpool_forward_kernel<S><<<grid_for(planes * 32), kBlockThreads, 0, ctx.stream>>>(
-          xs, planes, s.height * s.width, float(s.kernel_h * s.kernel_w), ys);
+      launch(ctx, global_avgpool_forward_kernel<S>, grid_for(planes * 32), kBlockThreads, 0, xs,
+             planes, s.height * s.width, float(s.kernel_h * s.kernel_w), ys);
     } else if (fits(s)) {
-      avgpool2d_forward_kernel<S, int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int32_t>(s), int32_t(total), xs, ys);
+      launch(ctx, avgpool2d_forward_kernel<S, int32_t>, grid_for(total), kBlockThreads, 0,
+             pool_dims<int32_t>(s), int32_t(total), xs, ys);
     } else {
-      avgpool2d_forward_kernel<S, int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int64_t>(s), total, xs, ys);
+      launch(ctx, avgpool2d_forward_kernel<S, int64_t>, grid_for(total), kBlockThreads, 0,
+             pool_dims<int64_t>(s), total, xs, ys);
     }
   });
 }
@@ -236,17 +242,17 @@ void launch_avgpool2d_backward(const KernelContext& ctx, DType type, const Pool2
     S* dxs = static_cast<S*>(dx);
     const unsigned grid = grid_for(total);
     if (global_window(s) && fits(s))
-      global_avgpool_backward_kernel<S, int32_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
-          dys, int32_t(total), Divider<int32_t>(plane_size), inverse, dxs);
+      launch(ctx, global_avgpool_backward_kernel<S, int32_t>, grid, kBlockThreads, 0, dys,
+             int32_t(total), Divider<int32_t>(plane_size), inverse, dxs);
     else if (global_window(s))
-      global_avgpool_backward_kernel<S, int64_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
-          dys, total, Divider<int64_t>(plane_size), inverse, dxs);
+      launch(ctx, global_avgpool_backward_kernel<S, int64_t>, grid, kBlockThreads, 0, dys, total,
+             Divider<int64_t>(plane_size), inverse, dxs);
     else if (fits(s))
-      avgpool2d_backward_kernel<S, int32_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int32_t>(s), int32_t(total), dys, dxs, inverse);
+      launch(ctx, avgpool2d_backward_kernel<S, int32_t>, grid, kBlockThreads, 0,
+             pool_dims<int32_t>(s), int32_t(total), dys, dxs, inverse);
     else
-      avgpool2d_backward_kernel<S, int64_t><<<grid, kBlockThreads, 0, ctx.stream>>>(
-          pool_dims<int64_t>(s), total, dys, dxs, inverse);
+      launch(ctx, avgpool2d_backward_kernel<S, int64_t>, grid, kBlockThreads, 0,
+             pool_dims<int64_t>(s), total, dys, dxs, inverse);
   });
 }
 

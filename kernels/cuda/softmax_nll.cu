@@ -59,6 +59,7 @@ __device__ __forceinline__ void finish_mean_loss(double warp_value, const Reduce
 }
 
 __global__ void log_softmax_forward_kernel(AnyFloat x, AnyFloat y, int64_t rows, int64_t cols) {
+  wait_for_prior_grids();
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
     const AnyFloat xr = x.offset(r * cols), yr = y.offset(r * cols);
@@ -71,6 +72,7 @@ __global__ void log_softmax_forward_kernel(AnyFloat x, AnyFloat y, int64_t rows,
 // The row's sum of dy is complete (warp_sum) before any lane writes: dx may be dy.
 __global__ void log_softmax_backward_kernel(AnyFloat y, AnyFloat dy, AnyFloat dx, int64_t rows,
                                             int64_t cols) {
+  wait_for_prior_grids();
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
     const AnyFloat yr = y.offset(r * cols), dyr = dy.offset(r * cols), dxr = dx.offset(r * cols);
@@ -87,6 +89,7 @@ __global__ void log_softmax_backward_kernel(AnyFloat y, AnyFloat dy, AnyFloat dx
 __global__ void nll_loss_forward_kernel(AnyFloat logp, const int32_t* labels, int64_t rows,
                                         int64_t cols, float* loss, bool accumulate,
                                         float smoothing, ReduceScratch scratch, int32_t* error) {
+  wait_for_prior_grids();
   const int lane = threadIdx.x % 32;
   double warp_total = 0.0;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
@@ -112,6 +115,7 @@ template <typename I>
 __global__ void nll_loss_backward_kernel(const int32_t* labels, I total, I cols,
                                          Divider<I> by_cols, float on, float off, AnyFloat dlogp,
                                          int32_t* error) {
+  wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I r = by_cols.div(i), c = i - r * cols;
     const int32_t label = labels[r];
@@ -130,6 +134,7 @@ __global__ void log_softmax_nll_kernel(AnyFloat x, const int32_t* labels, int64_
                                        int64_t cols, float grad_scale, float smoothing, float on,
                                        float off, AnyFloat y, float* loss, bool accumulate,
                                        AnyFloat dx, ReduceScratch scratch, int32_t* error) {
+  wait_for_prior_grids();
   const int lane = threadIdx.x % 32;
   double warp_total = 0.0;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
@@ -162,6 +167,7 @@ __global__ void log_softmax_nll_kernel(AnyFloat x, const int32_t* labels, int64_
 __global__ void mse_loss_kernel(AnyFloat x, const int32_t* labels, int64_t rows, int64_t cols,
                                 float k, float* loss, bool accumulate, AnyFloat dx,
                                 ReduceScratch scratch, int32_t* error) {
+  wait_for_prior_grids();
   const int lane = threadIdx.x % 32;
   double warp_total = 0.0;
   for (int64_t r = first_warp_row(); r < rows; r += warp_row_step()) {
@@ -188,6 +194,7 @@ __global__ void mse_loss_kernel(AnyFloat x, const int32_t* labels, int64_t rows,
 // column 0 wins; otherwise NaNs never win and the first maximal (non-NaN) column does.
 __global__ void count_correct_kernel(AnyFloat scores, const int32_t* labels, int64_t rows,
                                      int64_t cols, float* correct, int32_t* error) {
+  wait_for_prior_grids();
   __shared__ int block_hits;
   if (threadIdx.x == 0) block_hits = 0;
   __syncthreads();
@@ -231,22 +238,22 @@ unsigned loss_grid(int64_t rows) {
 void launch_log_softmax_forward(const KernelContext& ctx, FloatData x, FloatData y, int64_t rows,
                                 int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
-  log_softmax_forward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(x, y, rows,
-                                                                                    cols);
+  launch(ctx, log_softmax_forward_kernel, warp_row_grid(rows), kBlockThreads, 0, x, y, rows,
+         cols);
 }
 
 void launch_log_softmax_backward(const KernelContext& ctx, FloatData y, FloatData dy,
                                  FloatData dx, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
-  log_softmax_backward_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(
-      y, dy, dx, rows, cols);
+  launch(ctx, log_softmax_backward_kernel, warp_row_grid(rows), kBlockThreads, 0, y, dy, dx, rows,
+         cols);
 }
 
 void launch_nll_loss_forward(const KernelContext& ctx, FloatData logp, const int32_t* labels,
                              int64_t rows, int64_t cols, float* loss, bool accumulate,
                              float smoothing) {
-  nll_loss_forward_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
-      logp, labels, rows, cols, loss, accumulate, smoothing, ctx.scratch, ctx.error_flag);
+  launch(ctx, nll_loss_forward_kernel, loss_grid(rows), kBlockThreads, 0, logp, labels, rows,
+         cols, loss, accumulate, smoothing, ctx.scratch, ctx.error_flag);
 }
 
 void launch_nll_loss_backward(const KernelContext& ctx, const int32_t* labels, int64_t rows,
@@ -257,35 +264,33 @@ void launch_nll_loss_backward(const KernelContext& ctx, const int32_t* labels, i
   const float off = -scale * (smoothing / float(cols));
   const float on = off - scale * (1.0f - smoothing);
   if (fits_int32(total))
-    nll_loss_backward_kernel<int32_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        labels, int32_t(total), int32_t(cols), Divider<int32_t>(cols), on, off, dlogp,
-        ctx.error_flag);
+    launch(ctx, nll_loss_backward_kernel<int32_t>, grid_for(total), kBlockThreads, 0, labels,
+           int32_t(total), int32_t(cols), Divider<int32_t>(cols), on, off, dlogp, ctx.error_flag);
   else
-    nll_loss_backward_kernel<int64_t><<<grid_for(total), kBlockThreads, 0, ctx.stream>>>(
-        labels, total, cols, Divider<int64_t>(cols), on, off, dlogp, ctx.error_flag);
+    launch(ctx, nll_loss_backward_kernel<int64_t>, grid_for(total), kBlockThreads, 0, labels,
+           total, cols, Divider<int64_t>(cols), on, off, dlogp, ctx.error_flag);
 }
 
 void launch_log_softmax_nll(const KernelContext& ctx, FloatData x, const int32_t* labels,
                             int64_t rows, int64_t cols, float grad_scale, float smoothing,
                             FloatData y, float* loss, bool accumulate, FloatData dx) {
   const float off = smoothing / float(cols), on = off + (1.0f - smoothing);
-  log_softmax_nll_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
-      x, labels, rows, cols, grad_scale, smoothing, on, off, y, loss, accumulate, dx,
-      ctx.scratch, ctx.error_flag);
+  launch(ctx, log_softmax_nll_kernel, loss_grid(rows), kBlockThreads, 0, x, labels, rows, cols,
+         grad_scale, smoothing, on, off, y, loss, accumulate, dx, ctx.scratch, ctx.error_flag);
 }
 
 void launch_mse_loss(const KernelContext& ctx, FloatData x, const int32_t* labels, int64_t rows,
                      int64_t cols, float grad_scale, float* loss, bool accumulate, FloatData dx) {
   const float k = 2.0f * grad_scale / float(cols);
-  mse_loss_kernel<<<loss_grid(rows), kBlockThreads, 0, ctx.stream>>>(
-      x, labels, rows, cols, k, loss, accumulate, dx, ctx.scratch, ctx.error_flag);
+  launch(ctx, mse_loss_kernel, loss_grid(rows), kBlockThreads, 0, x, labels, rows, cols, k, loss,
+         accumulate, dx, ctx.scratch, ctx.error_flag);
 }
 
 void launch_count_correct(const KernelContext& ctx, FloatData scores, const int32_t* labels,
                           int64_t rows, int64_t cols, float* correct) {
   if (rows <= 0 || cols <= 0) return;
-  count_correct_kernel<<<warp_row_grid(rows), kBlockThreads, 0, ctx.stream>>>(
-      scores, labels, rows, cols, correct, ctx.error_flag);
+  launch(ctx, count_correct_kernel, warp_row_grid(rows), kBlockThreads, 0, scores, labels, rows,
+         cols, correct, ctx.error_flag);
 }
 
 }  // namespace trident::cuda
