@@ -131,6 +131,12 @@ void scale(Device& device, const Tensor& x, const Tensor& factor, const Tensor& 
 
 void Device::do_gemm_fused(const GemmArgs& args) { defaults::gemm_fused(*this, args); }
 
+void Device::do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                                 UnaryOp activation, float alpha) {
+  do_axpby(x, y, a, b);
+  do_unary_forward(activation, y, y, alpha);
+}
+
 void Device::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
   defaults::scale(*this, x, factor, y);
 }

@@ -129,8 +129,11 @@ class Device {
   // See GemmArgs (core/op_types.h). C may not overlap A, B or the bias. A and B of one float type
   // (16-bit: float32 accumulation), C float32 or A's type, bias float32.
   void gemm(const GemmArgs& args);
-  // y = a * x + b * y over all elements (x and y the same size); b == 0: y is not read.
-  void axpby(const Tensor& x, const Tensor& y, float a, float b);
+  // y = activation(a * x + b * y) over all elements (x and y the same size; the activation one
+  // of the unary family, as unary_forward applies it, in float32 before y's rounding); b == 0:
+  // y is not read. A residual block's sum and its ReLU in one pass.
+  void axpby(const Tensor& x, const Tensor& y, float a, float b,
+             UnaryOp activation = UnaryOp::identity, float alpha = 0.0f);
 
   // ---- elementwise ---------------------------------------------------------------------------
   // y = op(x); y may be x itself (same memory).
@@ -353,6 +356,10 @@ class Device {
   virtual bool do_native(OpFamily family, DType dtype) const;
   // Default: true (each operand's type is the kernel's business).
   virtual bool do_native_mixed(OpFamily family) const;
+  // axpby with an activation other than identity. Default: do_axpby, then do_unary_forward in
+  // place on y.
+  virtual void do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                                   UnaryOp activation, float alpha);
   // Default: a GEMM of x as a column [n, 1] by factor as [1, 1].
   virtual void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y);
   // A one-thread kernel in a backend that trains in float16 (the state stays on the device, so

@@ -160,7 +160,8 @@ void Device::gemm(const GemmArgs& in) {
   stage.finish();
 }
 
-void Device::axpby(const Tensor& x, const Tensor& y, float a, float b) {
+void Device::axpby(const Tensor& x, const Tensor& y, float a, float b, UnaryOp activation,
+                   float alpha) {
   OpCheck check(*this, "axpby");
   check.floating("y", y, -1);
   check.floating("x", x, y.numel());
@@ -169,7 +170,10 @@ void Device::axpby(const Tensor& x, const Tensor& y, float a, float b) {
   if (y.numel() == 0) return;
   Staging stage(*this, OpFamily::elementwise, {x, y});
   const Tensor xs = stage.in(x), ys = stage.out(y, b != 0.0f);
-  do_axpby(xs, ys, a, b);
+  if (activation == UnaryOp::identity)
+    do_axpby(xs, ys, a, b);
+  else
+    do_axpby_activation(xs, ys, a, b, activation, alpha);
   stage.finish();
 }
 

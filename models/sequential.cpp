@@ -325,8 +325,8 @@ void Residual::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
   const Tensor& skip = shortcut_.empty() ? x : scratch[next];
   if (!shortcut_.empty()) shortcut_.forward(ctx, x, skip, {});
   if (!body_into_output_) y.copy_from(body_out);
-  ctx.device->axpby(skip.reshape(y.shape()), y, 1.0f, 1.0f);  // y = body + shortcut
-  if (post_ != UnaryOp::identity) ctx.device->unary_forward(post_, y, y, post_alpha_);
+  // y = post(body + shortcut), one pass.
+  ctx.device->axpby(skip.reshape(y.shape()), y, 1.0f, 1.0f, post_, post_alpha_);
 }
 
 void Residual::backward(const StepContext& ctx, const Tensor& x, const Tensor& y,

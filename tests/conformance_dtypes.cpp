@@ -334,6 +334,37 @@ TEST_CASE("conformance 16-bit: a gemm with beta 0 into a strided 16-bit C writes
   }
 }
 
+// axpby with an activation (a residual block's sum and ReLU): fused (CPU, CUDA: the sum is not
+// rounded before the activation) or composed (one 16-bit intermediate, r = 1); the activation's
+// Lipschitz constant (GELU's 1.13 bounds them) and its own float evaluation as in the table.
+TEST_CASE("conformance 16-bit: axpby with an activation", "[conformance][dtypes][axpby]") {
+  FOR_EACH_HALF_DEVICE(t, device) {
+    uint32_t seed = 3350;
+    for (const UnaryOp op : {UnaryOp::relu, UnaryOp::tanh, UnaryOp::gelu})
+      for (const int64_t n : {7, 1000, 40003})
+        for (const auto& [a, b] : {std::pair<float, float>{1.0f, 1.0f}, {-1.5f, 0.0f}}) {
+          INFO(unary_op_name(op) << " n=" << n << " a=" << a << " b=" << b);
+          const std::vector<float> x = random_rounded(t, size_t(n), ++seed, -3.0f, 3.0f);
+          const std::vector<float> y0 =
+              b == 0.0f ? nans(size_t(n)) : random_rounded(t, size_t(n), ++seed, -3.0f, 3.0f);
+          std::vector<float> want = y0;
+          reference::axpby(x.data(), want.data(), n, a, b);
+          reference::unary_forward(op, want.data(), want.data(), n, 0.0f);
+          std::vector<double> s(x.size());
+          for (size_t i = 0; i < s.size(); ++i)
+            s[i] = std::abs(a * double(x[i])) + (b == 0.0f ? 0.0 : std::abs(b * double(y0[i])));
+          std::vector<double> bound = error_bounds(t, t, {1, 1.0, 3}, want, s);
+          for (size_t i = 0; i < bound.size(); ++i)
+            bound[i] = 1.13 * bound[i] +
+                       16 * unit_roundoff(DType::f32) * (s[i] + std::abs(double(want[i])));
+          FencedBuffer dx(*device, t, x, 3), dy(*device, t, y0, 1);
+          device->axpby(dx.tensor(), dy.tensor(), a, b, op);
+          TRIDENT_CHECK_BOUNDED(dy.values(), want, bound);
+          CHECK(dy.guard_damage() == 0);
+        }
+  }
+}
+
 TEST_CASE("conformance 16-bit: axpby and scale, in place, float32 into 16-bit and back, an "
           "overflow gives infinity", "[conformance][dtypes][axpby][scale]") {
   FOR_EACH_HALF_DEVICE(t, device) {

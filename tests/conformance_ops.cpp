@@ -225,6 +225,33 @@ TEST_CASE("conformance: axpby", "[conformance][axpby]") {
   }
 }
 
+// A residual block's sum and activation in one op: y = act(a x + b y) against the reference's
+// axpby followed by its unary_forward (the CPU and CUDA fuse it; the others compose the two).
+TEST_CASE("conformance: axpby with an activation", "[conformance][axpby]") {
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 350;
+    for (const UnaryOp op : all_unary_ops())
+      for (int64_t n : {1, 33, 4099, 100003})
+        for (auto [a, b] : {std::pair<float, float>{1.0f, 1.0f}, {0.5f, -2.0f}, {-1.5f, 0.0f}}) {
+          if (op == UnaryOp::identity) continue;  // the case above
+          const float alpha = op == UnaryOp::leaky_relu ? 0.2f : 0.01f;
+          INFO(unary_op_name(op) << " n=" << n << " a=" << a << " b=" << b);
+          const std::vector<float> x = random_floats(size_t(n), ++seed, -2.0f, 2.0f);
+          const std::vector<float> y0 = b == 0.0f ? std::vector<float>(size_t(n), kNaN)
+                                                  : random_floats(size_t(n), ++seed, -2.0f, 2.0f);
+          std::vector<float> want = y0;
+          reference::axpby(x.data(), want.data(), n, a, b);
+          reference::unary_forward(op, want.data(), want.data(), n, alpha);
+          OffsetBuffer dx(*device, x, 3), dy(*device, y0, 1);
+          device->axpby(dx.tensor(), dy.tensor(), a, b, op, alpha);
+          // The sum rounds once or twice in float; the activations are 1-Lipschitz here (GELU's
+          // slope stays under 1.13), and the transcendental ones add a few float ulps.
+          TRIDENT_CHECK_CLOSE(dy.values(), want, (Tolerance{4e-6, 4e-6}));
+          CHECK(dy.guard_damage() == 0);
+        }
+  }
+}
+
 TEST_CASE("conformance: every unary op forward and backward, out of place and in place",
           "[conformance][unary]") {
   FOR_EACH_DEVICE(device) {

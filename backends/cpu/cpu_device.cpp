@@ -202,6 +202,16 @@ void CpuDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
   });
 }
 
+void CpuDevice::do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                                    UnaryOp activation, float alpha) {
+  run([&] {
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
+      cpu::axpby(at<X>(x), at<X>(y), y.numel(), a, b, activation, alpha);
+    });
+  });
+}
+
 // ---- elementwise -------------------------------------------------------------------------------
 
 void CpuDevice::do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) {

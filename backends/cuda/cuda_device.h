@@ -60,6 +60,8 @@ class CudaDevice final : public Device {
 
   // ---- ops_elementwise.cpp
   void do_axpby(const Tensor& x, const Tensor& y, float a, float b) override;
+  void do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                           UnaryOp activation, float alpha) override;
   void do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) override;
   void do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                          const Tensor& dx, float alpha) override;

@@ -14,10 +14,15 @@ bool same_memory(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void CudaDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
+  do_axpby_activation(x, y, a, b, UnaryOp::identity, 0.0f);
+}
+
+void CudaDevice::do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                                     UnaryOp activation, float alpha) {
   UniformOperands u(*this, {&x, &y});
   const Tensor xs = u.in(x), ys = u.out(y, b != 0.0f);
   launch_axpby(kernel_context(), u.dtype(), device_ptr<const void>(xs), device_ptr<void>(ys),
-               y.numel(), a, b);
+               y.numel(), a, b, activation, alpha);
   check_launch("axpby");
   u.finish();
 }

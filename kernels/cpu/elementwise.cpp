@@ -66,6 +66,32 @@ void axpby_of(const X* x, X* y, int64_t n, float a, float b) {
   });
 }
 
+// y = kOp(a * x + b * y): a residual sum and its activation in one pass.
+template <UnaryOp kOp, class X>
+void axpby_activation_loop(const X* x, X* y, int64_t n, float a, float b, float alpha) {
+  parallel_ranges(n, kElementwiseGrain, [=](int64_t lo, int64_t hi) {
+    if (b == 0.f) {
+      for (int64_t i = lo; i < hi; ++i)
+        store_value(y, i, unary_apply<float>(kOp, a * load_value(x, i), alpha));
+    } else {
+      for (int64_t i = lo; i < hi; ++i)
+        store_value(y, i,
+                    unary_apply<float>(kOp, a * load_value(x, i) + b * load_value(y, i), alpha));
+    }
+  });
+}
+
+template <class X>
+void axpby_activation_of(const X* x, X* y, int64_t n, float a, float b, UnaryOp op,
+                         float alpha) {
+  switch (op) {
+#define TRIDENT_CPU_AXPBY(name, module) \
+  case UnaryOp::name: return axpby_activation_loop<UnaryOp::name>(x, y, n, a, b, alpha);
+    TRIDENT_UNARY_OPS(TRIDENT_CPU_AXPBY)
+#undef TRIDENT_CPU_AXPBY
+  }
+}
+
 template <class X>
 void scale_of(const X* x, float factor, X* y, int64_t n) {
   parallel_ranges(n, kElementwiseGrain, [=](int64_t b, int64_t e) {
@@ -94,6 +120,15 @@ void unary_backward(UnaryOp op, const uint16_t* x, const uint16_t* y, const uint
 void axpby(const float* x, float* y, int64_t n, float a, float b) { axpby_of(x, y, n, a, b); }
 void axpby(const uint16_t* x, uint16_t* y, int64_t n, float a, float b) {
   axpby_of(x, y, n, a, b);
+}
+
+void axpby(const float* x, float* y, int64_t n, float a, float b, UnaryOp activation,
+           float alpha) {
+  axpby_activation_of(x, y, n, a, b, activation, alpha);
+}
+void axpby(const uint16_t* x, uint16_t* y, int64_t n, float a, float b, UnaryOp activation,
+           float alpha) {
+  axpby_activation_of(x, y, n, a, b, activation, alpha);
 }
 
 void scale(const float* x, float factor, float* y, int64_t n) { scale_of(x, factor, y, n); }

@@ -20,6 +20,11 @@ void unary_backward(UnaryOp op, const uint16_t* x, const uint16_t* y, const uint
 // y = a * x + b * y; b == 0 means y is only written (as in BLAS, old NaNs do not survive).
 void axpby(const float* x, float* y, int64_t n, float a, float b);
 void axpby(const uint16_t* x, uint16_t* y, int64_t n, float a, float b);
+// y = activation(a * x + b * y), the activation in float before y's rounding.
+void axpby(const float* x, float* y, int64_t n, float a, float b, UnaryOp activation,
+           float alpha);
+void axpby(const uint16_t* x, uint16_t* y, int64_t n, float a, float b, UnaryOp activation,
+           float alpha);
 // y = x * factor (y may alias x).
 void scale(const float* x, float factor, float* y, int64_t n);
 void scale(const uint16_t* x, float factor, uint16_t* y, int64_t n);

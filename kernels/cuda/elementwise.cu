@@ -16,18 +16,20 @@ __global__ void fill_kernel(T* dst, int64_t n, T value) {
   for (int64_t i = first_index<int64_t>(); i < n; i += grid_step<int64_t>()) dst[i] = value;
 }
 
-template <typename S>
+// y = kOp(a * x + b * y).
+template <typename S, UnaryOp kOp>
 struct AxpbyOp {
   const S* x;
   S* y;
-  float a, b;
+  float a, b, alpha;
   template <int V>
   __device__ __forceinline__ void at(int64_t i) const {
     float xv[V], yv[V];
     load_pack<V>(x, i, xv);
     if (b != 0.f) load_pack<V>(static_cast<const S*>(y), i, yv);  // b == 0: y may hold NaN
 #pragma unroll
-    for (int j = 0; j < V; ++j) yv[j] = b == 0.f ? a * xv[j] : a * xv[j] + b * yv[j];
+    for (int j = 0; j < V; ++j)
+      yv[j] = unary_apply<float>(kOp, b == 0.f ? a * xv[j] : a * xv[j] + b * yv[j], alpha);
     store_pack<V>(y, i, yv);
   }
 };
@@ -122,11 +124,21 @@ void launch_fill_i32(const KernelContext& ctx, int32_t* dst, int64_t n, int32_t 
 }
 
 void launch_axpby(const KernelContext& ctx, DType type, const void* x, void* y, int64_t n,
-                  float a, float b) {
+                  float a, float b, UnaryOp activation, float alpha) {
   with_float_type(type, [&](auto tag) {
     using S = decltype(tag);
-    launch_map<kPackOf<S>>(ctx, AxpbyOp<S>{static_cast<const S*>(x), static_cast<S*>(y), a, b}, n,
-                           packable<S>({x, y}));
+    const bool packed = packable<S>({x, y});
+    switch (activation) {
+#define TRIDENT_CUDA_AXPBY(name, module)                                                        \
+  case UnaryOp::name:                                                                           \
+    launch_map<kPackOf<S>>(                                                                     \
+        ctx,                                                                                    \
+        AxpbyOp<S, UnaryOp::name>{static_cast<const S*>(x), static_cast<S*>(y), a, b, alpha}, \
+        n, packed);                                                                             \
+    return;
+      TRIDENT_UNARY_OPS(TRIDENT_CUDA_AXPBY)
+#undef TRIDENT_CUDA_AXPBY
+    }
   });
 }
 

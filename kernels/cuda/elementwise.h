@@ -12,9 +12,10 @@ namespace trident::cuda {
 
 void launch_fill_f32(const KernelContext& ctx, float* dst, int64_t n, float value);
 void launch_fill_i32(const KernelContext& ctx, int32_t* dst, int64_t n, int32_t value);
-// y = a * x + b * y; b == 0: y is only written. x may be y. x and y of `type`.
+// y = activation(a * x + b * y) (core/unary_math.h); b == 0: y is only written. x may be y. x
+// and y of `type`.
 void launch_axpby(const KernelContext& ctx, DType type, const void* x, void* y, int64_t n,
-                  float a, float b);
+                  float a, float b, UnaryOp activation, float alpha);
 // y = op(x) (core/unary_math.h); y may be x.
 void launch_unary_forward(const KernelContext& ctx, DType type, UnaryOp op, const void* x,
                           void* y, int64_t n, float alpha);
