@@ -401,8 +401,18 @@ void data_gradient(const KernelContext& ctx, const Conv2dShape& s, const void* d
 
 int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-unsigned weight_blocks(const Conv2dShape& s) {  // for the kernels over the weights
-  return unsigned(std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
+// s's weights to arrange (layout::arrange_weights) into w_t (unless null) and w_flip.
+template <typename S>
+layout::WeightArrangement<S> weight_arrangement(const Conv2dShape& s, const void* w, void* w_t,
+                                                void* w_flip) {
+  layout::WeightArrangement<S> a;
+  a.w = static_cast<const S*>(w);
+  a.w_t = static_cast<S*>(w_t);
+  a.w_flip = static_cast<S*>(w_flip);
+  a.oc_total = int(s.out_channels), a.c_total = int(s.in_channels);
+  a.kh = int(s.kernel_h), a.kw = int(s.kernel_w), a.sy = int(s.stride_h), a.sx = int(s.stride_w);
+  a.blocks = int(std::min<int64_t>((s.weight_numel() + 255) / 256, 4096));
+  return a;
 }
 
 // The math tag of s (implicit_conv_fits) passed to f as a value.
@@ -474,11 +484,8 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
   with_math(s, [&](auto tag) {
     using M = decltype(tag);
     using S = StorageOf<M>;
-    transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
-    launch(ctx, layout::arrange_weights_kernel<S>, weight_blocks(s), 256, 0,
-           static_cast<const S*>(w), reinterpret_cast<S*>(workspace + ws.w_t),
-           reinterpret_cast<S*>(workspace + ws.w_flip), int(s.out_channels), int(s.in_channels),
-           int(s.kernel_h), int(s.kernel_w), int(s.stride_h), int(s.stride_w));
+    transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width,
+                 weight_arrangement<S>(s, w, workspace + ws.w_t, workspace + ws.w_flip));
     gather<M>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
               s.out_channels);
   });
@@ -527,11 +534,11 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
       });
     }
     if (!dx) return;
-    if (!x_t_valid)  // else the forward left it
-      launch(ctx, layout::arrange_weights_kernel<S>, weight_blocks(s), 256, 0,
-             static_cast<const S*>(w), nullptr, reinterpret_cast<S*>(workspace + ws.w_flip),
-             int(s.out_channels), int(s.in_channels), int(s.kernel_h), int(s.kernel_w),
-             int(s.stride_h), int(s.stride_w));
+    if (!x_t_valid) {  // else the forward left it
+      const auto arrange = weight_arrangement<S>(s, w, nullptr, workspace + ws.w_flip);
+      launch(ctx, layout::arrange_weights_kernel<S>, unsigned(arrange.blocks), layout::kThreads,
+             0, arrange);
+    }
     data_gradient<M>(ctx, s, workspace + ws.dy_t,
                      reinterpret_cast<const S*>(workspace + ws.w_flip), dx);
   });

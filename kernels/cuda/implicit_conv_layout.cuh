@@ -17,51 +17,6 @@ constexpr int kVec = 16 / int(sizeof(S));  // elements per 16-byte vector
 template <typename S>
 using Vec = Pack<S, kVec<S>>;
 
-// dst[b, j, i] = src[b, i, j] for src [batches, rows, cols] (32 x 32 tiles through shared memory).
-template <typename S>
-__global__ void transpose_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows,
-                                 int cols) {
-  wait_for_prior_grids();
-  __shared__ S tile[32][33];
-  const int64_t batch = blockIdx.z;
-  const S* in = src + batch * rows * cols;
-  S* out = dst + batch * rows * cols;
-  const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
-  for (int di = threadIdx.y; di < 32; di += 8) {
-    const int i = i0 + di, j = j0 + threadIdx.x;
-    if (i < rows && j < cols) tile[di][threadIdx.x] = in[int64_t(i) * cols + j];
-  }
-  __syncthreads();
-  for (int dj = threadIdx.y; dj < 32; dj += 8) {
-    const int j = j0 + dj, i = i0 + threadIdx.x;
-    if (i < rows && j < cols) out[int64_t(j) * rows + i] = tile[threadIdx.x][dj];
-  }
-}
-
-// The same for a whole [rows, cols] matrix per block (rows a multiple of the vector width, the
-// matrix at most kSampleTransposeBytes): 16-byte loads into shared memory, 16-byte stores out.
-constexpr int kSampleTransposeBytes = 96 * 1024;
-template <typename S>
-__global__ void __launch_bounds__(kThreads)
-    transpose_sample_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows, int cols) {
-  wait_for_prior_grids();
-  extern __shared__ __align__(16) char smem[];
-  S* tile = reinterpret_cast<S*>(smem);
-  constexpr int V = kVec<S>;
-  const int total = rows * cols, vectors = total / V, row_vectors = rows / V;
-  const int64_t base = int64_t(blockIdx.x) * total;
-  for (int v = threadIdx.x; v < vectors; v += kThreads)
-    reinterpret_cast<Vec<S>*>(tile)[v] = reinterpret_cast<const Vec<S>*>(src + base)[v];
-  __syncthreads();
-  for (int v = threadIdx.x; v < vectors; v += kThreads) {
-    const int j = v / row_vectors, i0 = (v - j * row_vectors) * V;
-    Vec<S> out;
-#pragma unroll
-    for (int e = 0; e < V; ++e) out.v[e] = tile[(i0 + e) * cols + j];
-    reinterpret_cast<Vec<S>*>(dst + base)[v] = out;
-  }
-}
-
 // The data gradient of a convolution with stride S along an axis of kernel extent K is a sum of
 // S stride-1 products over dy, one per phase q < S of dx's positions (kernels/cuda/
 // implicit_conv.cu): phase q takes the taps r = q, q + S, ... < K (phase_taps of them; none where
@@ -86,41 +41,114 @@ __host__ __device__ inline int64_t phase_offset(int kh, int kw, int sy, int sx, 
 // w[oc, c, r, s] to the forward's w_t[oc, r, s, c] (unless w_t is null) and to the data
 // gradient's phase kernels in w_flip: phase (qy, qx)'s [c, ty', tx', oc] at phase_offset, ty' =
 // Ty - 1 - r / SY (Ty its taps). With stride 1 that is one phase, w_flip[c, tap, oc] = w[oc, c,
-// taps - 1 - tap]. One pass for both: these kernels are small enough that each of these
-// launches cost about 3 us (ResNet, H100, ncu).
+// taps - 1 - tap]. One pass for both. The forward's arrangement rides on the launch that
+// transposes x (see transpose_sample_kernel): as a launch of its own it cost about 3 us a
+// convolution (ResNet, H100, ncu), for a few hundred thousand values.
 template <typename S>
-__global__ void arrange_weights_kernel(const S* __restrict__ w, S* __restrict__ w_t,
-                                       S* __restrict__ w_flip, int oc_total, int c_total, int kh,
-                                       int kw, int sy, int sx) {
-  wait_for_prior_grids();
-  const int taps = kh * kw, total = oc_total * c_total * taps;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int tap = i % taps, rest = i / taps, c = rest % c_total, oc = rest / c_total;
-    const int r = tap / kw, s = tap - r * kw;
-    const S v = w[i];
-    if (w_t) w_t[(oc * taps + tap) * c_total + c] = v;
-    const int qy = r % sy, qx = s % sx;
-    const int ty = phase_taps(kh, sy, qy), tx = phase_taps(kw, sx, qx);
-    const int fy = ty - 1 - r / sy, fx = tx - 1 - s / sx;
-    w_flip[phase_offset(kh, kw, sy, sx, qy, qx, c_total, oc_total) +
-           ((int64_t(c) * ty + fy) * tx + fx) * oc_total + oc] = v;
+struct WeightArrangement {
+  const S* w = nullptr;  // null: nothing to arrange
+  S* w_t = nullptr;
+  S* w_flip = nullptr;
+  int oc_total = 0, c_total = 0, kh = 1, kw = 1, sy = 1, sx = 1;
+  int blocks = 0;  // blocks of kThreads it takes
+};
+
+// Elements first, first + step, ... of the arrangement.
+template <typename S>
+__device__ void arrange_weights(const WeightArrangement<S>& a, int first, int step) {
+  const int taps = a.kh * a.kw, total = a.oc_total * a.c_total * taps;
+  for (int i = first; i < total; i += step) {
+    const int tap = i % taps, rest = i / taps, c = rest % a.c_total, oc = rest / a.c_total;
+    const int r = tap / a.kw, s = tap - r * a.kw;
+    const S v = a.w[i];
+    if (a.w_t) a.w_t[(oc * taps + tap) * a.c_total + c] = v;
+    const int qy = r % a.sy, qx = s % a.sx;
+    const int ty = phase_taps(a.kh, a.sy, qy), tx = phase_taps(a.kw, a.sx, qx);
+    const int fy = ty - 1 - r / a.sy, fx = tx - 1 - s / a.sx;
+    a.w_flip[phase_offset(a.kh, a.kw, a.sy, a.sx, qy, qx, a.c_total, a.oc_total) +
+             ((int64_t(c) * ty + fy) * tx + fx) * a.oc_total + oc] = v;
   }
 }
 
 template <typename S>
+__global__ void __launch_bounds__(kThreads) arrange_weights_kernel(WeightArrangement<S> a) {
+  wait_for_prior_grids();
+  arrange_weights(a, int(blockIdx.x) * kThreads + int(threadIdx.x), int(gridDim.x) * kThreads);
+}
+
+// dst[b, j, i] = src[b, i, j] for src [batches, rows, cols] (32 x 32 tiles through shared memory).
+template <typename S>
+__global__ void transpose_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows,
+                                 int cols) {
+  wait_for_prior_grids();
+  __shared__ S tile[32][33];
+  const int64_t batch = blockIdx.z;
+  const S* in = src + batch * rows * cols;
+  S* out = dst + batch * rows * cols;
+  const int i0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+  for (int di = threadIdx.y; di < 32; di += 8) {
+    const int i = i0 + di, j = j0 + threadIdx.x;
+    if (i < rows && j < cols) tile[di][threadIdx.x] = in[int64_t(i) * cols + j];
+  }
+  __syncthreads();
+  for (int dj = threadIdx.y; dj < 32; dj += 8) {
+    const int j = j0 + dj, i = i0 + threadIdx.x;
+    if (i < rows && j < cols) out[int64_t(j) * rows + i] = tile[threadIdx.x][dj];
+  }
+}
+
+// The same for a whole [rows, cols] matrix per block (rows a multiple of the vector width, the
+// matrix at most kSampleTransposeBytes): 16-byte loads into shared memory, 16-byte stores out.
+// The launch's first `arrange.blocks` blocks arrange weights instead (first: they are quick, and
+// leave their SMs to the transposes).
+constexpr int kSampleTransposeBytes = 96 * 1024;
+template <typename S>
+__global__ void __launch_bounds__(kThreads)
+    transpose_sample_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows, int cols,
+                            WeightArrangement<S> arrange) {
+  wait_for_prior_grids();
+  if (int(blockIdx.x) < arrange.blocks) {
+    arrange_weights(arrange, int(blockIdx.x) * kThreads + int(threadIdx.x),
+                    arrange.blocks * kThreads);
+    return;
+  }
+  extern __shared__ __align__(16) char smem[];
+  S* tile = reinterpret_cast<S*>(smem);
+  constexpr int V = kVec<S>;
+  const int total = rows * cols, vectors = total / V, row_vectors = rows / V;
+  const int64_t base = int64_t(int(blockIdx.x) - arrange.blocks) * total;
+  for (int v = threadIdx.x; v < vectors; v += kThreads)
+    reinterpret_cast<Vec<S>*>(tile)[v] = reinterpret_cast<const Vec<S>*>(src + base)[v];
+  __syncthreads();
+  for (int v = threadIdx.x; v < vectors; v += kThreads) {
+    const int j = v / row_vectors, i0 = (v - j * row_vectors) * V;
+    Vec<S> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) out.v[e] = tile[(i0 + e) * cols + j];
+    reinterpret_cast<Vec<S>*>(dst + base)[v] = out;
+  }
+}
+
+// dst[b] = src[b]^T for src [batches, rows, cols]; and, where arrange.w is set, the weight
+// arrangement (in the same launch where the per-sample kernel takes the shape).
+template <typename S>
 inline void transpose(const KernelContext& ctx, const void* src, void* dst, int64_t batches,
-                      int64_t rows, int64_t cols) {
+                      int64_t rows, int64_t cols, WeightArrangement<S> arrange = {}) {
+  if (!arrange.w) arrange.blocks = 0;
   const int64_t bytes = rows * cols * int64_t(sizeof(S));
   if (rows % kVec<S> == 0 && bytes <= kSampleTransposeBytes && pack_aligned(src, 16) &&
       pack_aligned(dst, 16)) {
     allow_dynamic_shared_memory<transpose_sample_kernel<S>>(kSampleTransposeBytes);
-    launch(ctx, transpose_sample_kernel<S>, unsigned(batches), kThreads, size_t(bytes),
-           static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols));
+    launch(ctx, transpose_sample_kernel<S>, unsigned(batches + arrange.blocks), kThreads,
+           size_t(bytes), static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols),
+           arrange);
     return;
   }
   const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32), unsigned(batches));
   launch(ctx, transpose_kernel<S>, grid, dim3(32, 8), 0, static_cast<const S*>(src),
          static_cast<S*>(dst), int(rows), int(cols));
+  if (arrange.blocks > 0)
+    launch(ctx, arrange_weights_kernel<S>, unsigned(arrange.blocks), kThreads, 0, arrange);
 }
 
 }  // namespace trident::cuda::layout
