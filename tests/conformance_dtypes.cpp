@@ -334,8 +334,9 @@ TEST_CASE("conformance 16-bit: a gemm with beta 0 into a strided 16-bit C writes
   }
 }
 
-// axpby with an activation (a residual block's sum and ReLU): fused (CPU, CUDA: the sum is not
-// rounded before the activation) or composed (one 16-bit intermediate, r = 1); the activation's
+// axpby with an activation (a residual block's sum and ReLU): fused (CPU, CUDA, OpenCL: the sum
+// is not rounded before the activation) or composed (the default slot: one 16-bit intermediate,
+// r = 1, the bound allows either); the activation's
 // Lipschitz constant (GELU's 1.13 bounds them) and its own float evaluation as in the table.
 TEST_CASE("conformance 16-bit: axpby with an activation", "[conformance][dtypes][axpby]") {
   FOR_EACH_HALF_DEVICE(t, device) {

@@ -226,7 +226,8 @@ TEST_CASE("conformance: axpby", "[conformance][axpby]") {
 }
 
 // A residual block's sum and activation in one op: y = act(a x + b y) against the reference's
-// axpby followed by its unary_forward (the CPU and CUDA fuse it; the others compose the two).
+// axpby followed by its unary_forward (the CPU, CUDA and OpenCL fuse it; the reference devices
+// compose the two).
 TEST_CASE("conformance: axpby with an activation", "[conformance][axpby]") {
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 350;

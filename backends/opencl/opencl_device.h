@@ -51,6 +51,8 @@ class OpenClDevice final : public Device {
   void do_gemm_fused(const GemmArgs& args) override;
   // ops_elementwise.cpp
   void do_axpby(const Tensor& x, const Tensor& y, float a, float b) override;
+  void do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                           UnaryOp activation, float alpha) override;
   void do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) override;
   void do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                          const Tensor& dx, float alpha) override;

@@ -8,10 +8,16 @@
 namespace trident::opencl {
 
 void OpenClDevice::do_axpby(const Tensor& x, const Tensor& y, float a, float b) {
+  do_axpby_activation(x, y, a, b, UnaryOp::identity, 0.0f);
+}
+
+void OpenClDevice::do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,
+                                       UnaryOp activation, float alpha) {
   CallStorage call(*this, {&x, &y});
   const Tensor xs = call.in(x), ys = call.out(y, b != 0.0f);
   queue_.launch_typed(Kernel::axpby, call.type(), LaunchRange::items(size_t(y.numel())),
-                      queue_.buffer(xs, "x"), queue_.buffer(ys, "y"), cl_uint(y.numel()), a, b);
+                      queue_.buffer(xs, "x"), queue_.buffer(ys, "y"), cl_uint(y.numel()), a, b,
+                      cl_int(activation), alpha);
   call.finish();
 }
 

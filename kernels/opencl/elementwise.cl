@@ -56,13 +56,14 @@ __kernel void unary_backward(__global const act_t* x, ulong x_off, int has_x,
   STORE(dx, dx_off + i, unary_derivative(op, xi, yi, LOAD(dy, dy_off + i), alpha));
 }
 
-// y = a x + b y; b == 0 does not read y (it may hold garbage). y may be x.
+// y = op(a x + b y) (op UNARY_identity: the plain sum); b == 0 does not read y (it may hold
+// garbage). y may be x.
 __kernel void axpby(__global const act_t* x, ulong x_off, __global act_t* y, ulong y_off, uint n,
-                    float a, float b) {
+                    float a, float b, int op, float alpha) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const float ax = a * LOAD(x, x_off + i);
-  STORE(y, y_off + i, b == 0.0f ? ax : ax + b * LOAD(y, y_off + i));
+  STORE(y, y_off + i, unary_apply(op, b == 0.0f ? ax : ax + b * LOAD(y, y_off + i), alpha));
 }
 
 // Inverted dropout: y[i] = keep(g) ? x[i] / (1 - p) : 0, g = group_offset + i / group, and
