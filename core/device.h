@@ -203,12 +203,13 @@ class Device {
                          const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                          const Tensor& save_invstd);
   // dx, and dgamma / dbeta (unless undefined), for the training forward that saved
-  // save_mean / save_invstd. s.relu: y is that forward's output, and dy counts only where
-  // y > 0 (y is read only then; dx may be dy, not y).
+  // save_mean / save_invstd. s.relu: dy counts only where that forward's output was positive,
+  // i.e. where (x - mean) * invstd * gamma + beta > 0, recomputed from x (beta, read only then,
+  // undefined: 0; the output itself is not read). dx may be dy.
   void batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                           const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                           const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                          const Tensor& y = Tensor());
+                          const Tensor& beta = Tensor());
 
   // ---- losses and the classification head (x, y, dx: [rows, cols]; labels: i32 [rows]) -------
   // The target distribution of a row with label l and label smoothing e in [0, 1):
@@ -315,7 +316,7 @@ class Device {
                                      const Tensor& gamma, const Tensor& save_mean,
                                      const Tensor& save_invstd, const Tensor& dx,
                                      const Tensor& dgamma, const Tensor& dbeta,
-                                     const Tensor& y) = 0;  // y: s.relu only
+                                     const Tensor& beta) = 0;  // beta: s.relu only
   virtual void do_log_softmax_forward(const Tensor& x, const Tensor& y) = 0;
   virtual void do_log_softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
   virtual void do_nll_loss_forward(const Tensor& logp, const Tensor& labels, const Tensor& loss,

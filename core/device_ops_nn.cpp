@@ -345,41 +345,38 @@ void Device::batchnorm_forward(const BatchNormShape& s, bool training, const Ten
 void Device::batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                                 const Tensor& gamma, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor& dx,
-                                const Tensor& dgamma, const Tensor& dbeta, const Tensor& y) {
+                                const Tensor& dgamma, const Tensor& dbeta, const Tensor& beta) {
   OpCheck check(*this, "batchnorm_backward");
   check_batchnorm(check, s);
   const int64_t c = s.channels;
   check.floating("x", x, s.numel());
   check.same_float("dy", dy, s.numel(), x.dtype());
   check.same_float("dx", dx, s.numel(), x.dtype());
-  if (s.relu) {
-    check.require(y.defined(), "a fused ReLU (relu set) needs y, the forward's output");
-    check.same_float("y", y, s.numel(), x.dtype());
-    check.disjoint("dx", dx, "y", y);
-  } else {
-    check.require(!y.defined(), "y is read only with a fused ReLU (relu set)");
-  }
+  check.require(s.relu || !beta.defined(),
+                "beta is read only with a fused ReLU (relu set: the mask is recomputed from x)");
   check.optional("gamma", gamma, c);
+  check.optional("beta", beta, c);
   check.tensor("save_mean", save_mean, c);
   check.tensor("save_invstd", save_invstd, c);
   check.optional("dgamma", dgamma, c);
   check.optional("dbeta", dbeta, c);
   check.disjoint("dx", dx, "dy", dy, true);
   for (const auto& [name, t] :
-       {std::pair<const char*, const Tensor*>{"x", &x}, {"gamma", &gamma},
+       {std::pair<const char*, const Tensor*>{"x", &x}, {"gamma", &gamma}, {"beta", &beta},
         {"save_mean", &save_mean}, {"save_invstd", &save_invstd}, {"dgamma", &dgamma},
         {"dbeta", &dbeta}})
     check.disjoint("dx", dx, name, *t);
   check.disjoint("dgamma", dgamma, "dbeta", dbeta);
   check.disjoint("dgamma", dgamma, "dy", dy);
   check.disjoint("dbeta", dbeta, "dy", dy);
+  check.disjoint("dgamma", dgamma, "beta", beta);
+  check.disjoint("dbeta", dbeta, "beta", beta);
   invalidate_claims(dx);
   invalidate_claims(dgamma);
   invalidate_claims(dbeta);
   Staging stage(*this, OpFamily::batchnorm);
-  const Tensor staged_y = s.relu ? stage.in(y) : Tensor();
   do_batchnorm_backward(s, stage.in(x), stage.in(dy), gamma, save_mean, save_invstd,
-                        stage.out(dx), dgamma, dbeta, staged_y);
+                        stage.out(dx), dgamma, dbeta, beta);
   stage.finish();
 }
 

@@ -304,7 +304,7 @@ void BatchNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y
                                 scratch.empty() ? Tensor() : scratch[1]);
 }
 
-void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor& y,
+void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor& /*y*/,
                          const Tensor& dy, const Tensor& dx, const std::vector<Tensor>& scratch) {
   const BatchNormShape s = shape_for(x.shape());
   if (!dx.defined() && !affine_) return;
@@ -313,7 +313,8 @@ void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor& 
   if (!dx_target.defined()) dx_target = dy;  // dgamma/dbeta only: dx may go over dy
   ctx.device->batchnorm_backward(s, x, dy, affine_ ? params_[0] : Tensor(), scratch[0],
                                  scratch[1], dx_target, affine_ ? grads_[0] : Tensor(),
-                                 affine_ ? grads_[1] : Tensor(), fused_relu_ ? y : Tensor());
+                                 affine_ ? grads_[1] : Tensor(),
+                                 fused_relu_ && affine_ ? params_[1] : Tensor());
 }
 
 // ---- pooling -------------------------------------------------------------------------------

@@ -88,9 +88,9 @@ class BatchNorm : public Layer {
   std::vector<ParamSpec> buffer_specs() const override;
   std::vector<ScratchSpec> scratch_specs(const Device& device, const Shape& input) const override;
   // Set when a ReLU follows: the normalisation applies it (BatchNormShape::relu) and its
-  // backward masks the gradient with the output, so the ReLU layer passes through.
+  // backward masks the gradient where the output was positive (recomputed from x, beta and the
+  // saved statistics), so the ReLU layer passes through.
   void set_fused_relu(bool fused) { fused_relu_ = fused; }
-  bool backward_reads_output() const override { return fused_relu_; }
   void forward(const StepContext&, const Tensor& x, const Tensor& y,
                const std::vector<Tensor>& scratch) override;
   void backward(const StepContext&, const Tensor& x, const Tensor& y, const Tensor& dy,

@@ -160,9 +160,9 @@ void ReferenceDevice::do_batchnorm_backward(const BatchNormShape& s, const Tenso
                                             const Tensor& dy, const Tensor& gamma,
                                             const Tensor& save_mean, const Tensor& save_invstd,
                                             const Tensor& dx, const Tensor& dgamma,
-                                            const Tensor& dbeta, const Tensor& y) {
+                                            const Tensor& dbeta, const Tensor& beta) {
   reference::batchnorm_backward(s, at(x), at(dy), at(gamma), at(save_mean), at(save_invstd),
-                                at(dx), at(dgamma), at(dbeta), at(y));
+                                at(dx), at(dgamma), at(dbeta), at(beta));
 }
 void ReferenceDevice::do_log_softmax_forward(const Tensor& x, const Tensor& y) {
   reference::log_softmax_forward(at(x), at(y), x.dim(0), x.dim(1));

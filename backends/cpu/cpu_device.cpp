@@ -362,12 +362,12 @@ void CpuDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, 
                                       const Tensor& gamma, const Tensor& save_mean,
                                       const Tensor& save_invstd, const Tensor& dx,
                                       const Tensor& dgamma, const Tensor& dbeta,
-                                      const Tensor& y) {
+                                      const Tensor& beta) {
   run([&] {
     with_storage(x.dtype(), [&](auto zero) {
       using X = decltype(zero);
       cpu::batchnorm_backward(s, at<X>(x), at<X>(dy), at(gamma), at(save_mean),
-                              at(save_invstd), at<X>(dx), at(dgamma), at(dbeta), at<X>(y));
+                              at(save_invstd), at<X>(dx), at(dgamma), at(dbeta), at(beta));
     });
   });
 }

@@ -101,7 +101,7 @@ class CudaDevice final : public Device {
   void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                              const Tensor& gamma, const Tensor& save_mean,
                              const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
-                             const Tensor& dbeta, const Tensor& y) override;
+                             const Tensor& dbeta, const Tensor& beta) override;
 
   // ---- ops_softmax_nll.cpp
   void do_log_softmax_forward(const Tensor& x, const Tensor& y) override;

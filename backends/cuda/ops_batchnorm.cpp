@@ -22,13 +22,13 @@ void CudaDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x,
                                        const Tensor& dy, const Tensor& gamma,
                                        const Tensor& save_mean, const Tensor& save_invstd,
                                        const Tensor& dx, const Tensor& dgamma,
-                                       const Tensor& dbeta, const Tensor& y) {
+                                       const Tensor& dbeta, const Tensor& beta) {
   launch_batchnorm_backward(kernel_context(), x.dtype(), s, device_ptr<const void>(x),
                             device_ptr<const void>(dy), device_ptr<const float>(gamma),
                             device_ptr<const float>(save_mean),
                             device_ptr<const float>(save_invstd), device_ptr<void>(dx),
                             device_ptr<float>(dgamma), device_ptr<float>(dbeta),
-                            device_ptr<const void>(y));
+                            device_ptr<const float>(beta));
   check_launch("batchnorm_backward");
 }
 

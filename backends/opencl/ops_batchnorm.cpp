@@ -49,9 +49,8 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
                                          const Tensor& dy, const Tensor& gamma,
                                          const Tensor& save_mean, const Tensor& save_invstd,
                                          const Tensor& dx, const Tensor& dgamma,
-                                         const Tensor& dbeta, const Tensor& y) {
-  // y (the fused ReLU's mask) is defined exactly when s.relu (the front checks): its "has"
-  // argument is the kernels' relu flag.
+                                         const Tensor& dbeta, const Tensor& beta) {
+  // beta is read only for the fused ReLU's mask (s.relu), which is recomputed from x.
   const cl_uint outer = cl_uint(s.outer), channels = cl_uint(s.channels);
   const cl_uint inner = cl_uint(s.inner), n = cl_uint(s.numel());
   if (n == 0) {  // no values: dgamma and dbeta are empty sums
@@ -68,7 +67,7 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
                   queue_.buffer(save_mean, "save_mean"), queue_.buffer(save_invstd, "save_invstd"),
                   queue_.buffer(dx, "dx"), queue_.optional(dgamma, "dgamma"),
                   queue_.optional(dbeta, "dbeta"), outer, channels, inner,
-                  queue_.optional(y, "y"));
+                  queue_.optional(beta, "beta"), cl_int(s.relu));
     return;
   }
   const BufferArg partial{reduce_scratch_.mem, 0};
@@ -76,7 +75,8 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
   queue_.launch_typed(Kernel::batchnorm_gradient_sums, x.dtype(),
                 LaunchRange::groups(size_t(split.pieces) * channels, 256), queue_.buffer(x, "x"),
                 queue_.buffer(dy, "dy"), queue_.buffer(save_mean, "save_mean"), outer, channels,
-                inner, split.per_piece, partial, queue_.optional(y, "y"));
+                inner, split.per_piece, partial, queue_.buffer(save_invstd, "save_invstd"),
+                queue_.optional(gamma, "gamma"), queue_.optional(beta, "beta"), cl_int(s.relu));
   queue_.launch(Kernel::batchnorm_gradient_finish, LaunchRange::items(channels, 64), partial,
                 split.pieces, channels, cl_uint(s.outer * s.inner),
                 queue_.buffer(save_invstd, "save_invstd"), queue_.optional(dgamma, "dgamma"),
@@ -85,7 +85,8 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
                 queue_.buffer(x, "x"),
                 queue_.buffer(dy, "dy"), queue_.optional(gamma, "gamma"),
                 queue_.buffer(save_mean, "save_mean"), queue_.buffer(save_invstd, "save_invstd"),
-                coef, queue_.buffer(dx, "dx"), n, channels, inner, queue_.optional(y, "y"));
+                coef, queue_.buffer(dx, "dx"), n, channels, inner, queue_.optional(beta, "beta"),
+                cl_int(s.relu));
 }
 
 }  // namespace trident::opencl

@@ -71,21 +71,25 @@ void forward(const BatchNormShape& s, bool training, const X* x, const float* ga
   });
 }
 
-// s.relu: the gradient is dy where y > 0, else 0.
+// s.relu: the gradient is dy where the forward's output was positive, recomputed from x as the
+// forward computed it (x * a + b, from the saved float statistics where the forward had the
+// double ones: the two may differ only where the output is within a rounding of 0).
 template <class X>
 void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gamma,
               const float* save_mean, const float* save_invstd, X* dx, float* dgamma,
-              float* dbeta, const X* y) {
+              float* dbeta, const float* beta) {
   const double n = double(s.outer * s.inner);
   parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const double invstd = save_invstd[c];
       // The products are taken about the saved (float) mean, as the reference does.
       const float mean_f = save_mean[c];
+      const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
+      const float af = float(a), bf = float((beta ? double(beta[c]) : 0.0) - double(mean_f) * a);
       double sum_dy = 0.0, sum_dy_centered = 0.0;
       for_runs(s, c, [&](int64_t, int64_t at) {
         if (s.relu)
-          sum_masked_products_about(dy + at, y + at, x + at, s.inner, mean_f, sum_dy,
+          sum_masked_products_about(dy + at, x + at, af, bf, s.inner, mean_f, sum_dy,
                                     sum_dy_centered);
         else
           sum_products_about(dy + at, x + at, s.inner, mean_f, sum_dy, sum_dy_centered);
@@ -100,12 +104,11 @@ void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gam
       const float kf = float(k), offset = float(k * mean_dy),
                   slope = float(k * invstd * mean_dy_xhat);
       for_runs(s, c, [&](int64_t, int64_t at) {
-        if (s.relu) {  // dy and y loaded unconditionally, so that the loop vectorises
+        if (s.relu) {  // dy loaded unconditionally, so that the loop vectorises
           for (int64_t i = 0; i < s.inner; ++i) {
-            const float g = load_value(dy, at + i), out = load_value(y, at + i);
+            const float g = load_value(dy, at + i), xv = load_value(x, at + i);
             store_value(dx, at + i,
-                        kf * (out > 0.0f ? g : 0.0f) -
-                            (offset + (load_value(x, at + i) - mean_f) * slope));
+                        kf * (xv * af + bf > 0.0f ? g : 0.0f) - (offset + (xv - mean_f) * slope));
           }
         } else {
           for (int64_t i = 0; i < s.inner; ++i)
@@ -133,13 +136,13 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const uint16_t* x
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta, const float* y) {
-  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, y);
+                        float* dx, float* dgamma, float* dbeta, const float* beta) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta);
 }
 void batchnorm_backward(const BatchNormShape& s, const uint16_t* x, const uint16_t* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* y) {
-  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, y);
+                        uint16_t* dx, float* dgamma, float* dbeta, const float* beta) {
+  backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta);
 }
 
 }  // namespace trident::cpu

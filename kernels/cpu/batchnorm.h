@@ -17,14 +17,15 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const uint16_t* x
                        const float* gamma, const float* beta, float* running_mean,
                        float* running_var, uint16_t* y, float* save_mean, float* save_invstd);
 // dx = gamma * invstd / n * (n * dy - sum(dy) - xhat * sum(dy * xhat)), n = outer * inner;
-// dgamma = sum(dy * xhat), dbeta = sum(dy) (each unless null). s.relu: dy taken as 0 where y
-// (the forward's output) is not > 0; y is unused otherwise. y = max(.., 0) in the forward then.
+// dgamma = sum(dy * xhat), dbeta = sum(dy) (each unless null). s.relu: dy taken as 0 where the
+// forward's output, recomputed from x, gamma, beta and the saved statistics, is not > 0 (beta is
+// unused otherwise). y = max(.., 0) in the forward then.
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta, const float* y = nullptr);
+                        float* dx, float* dgamma, float* dbeta, const float* beta = nullptr);
 void batchnorm_backward(const BatchNormShape& s, const uint16_t* x, const uint16_t* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
                         uint16_t* dx, float* dgamma, float* dbeta,
-                        const uint16_t* y = nullptr);
+                        const float* beta = nullptr);
 
 }  // namespace trident::cpu

@@ -108,16 +108,17 @@ void sum_products_about(const X* g, const X* x, int64_t n, float shift, double& 
   sum_gx = total[1];
 }
 
-// The same with g_i taken as 0 where mask_i <= 0 (a fused ReLU's output masks its gradient).
+// The same with g_i taken as 0 where x_i * a + b <= 0 (a fused ReLU's output, recomputed from
+// its input, masks its gradient).
 template <class X>
-void sum_masked_products_about(const X* g, const X* mask, const X* x, int64_t n, float shift,
+void sum_masked_products_about(const X* g, const X* x, float a, float b, int64_t n, float shift,
                                double& sum_g, double& sum_gx) {
   double total[2] = {sum_g, sum_gx};
-  blocked_sums(n, [g, mask, x, shift](int64_t i, auto& t) {
+  blocked_sums(n, [g, x, a, b, shift](int64_t i, auto& t) {
     using T = std::remove_reference_t<decltype(t[0])>;
-    // Both loaded unconditionally: a conditional load keeps the loop from vectorising.
-    const float gv = load_value(g, i), mv = load_value(mask, i);
-    const float gi = mv > 0.0f ? gv : 0.0f;
+    // Loaded unconditionally: a conditional load keeps the loop from vectorising.
+    const float gv = load_value(g, i);
+    const float gi = load_value(x, i) * a + b > 0.0f ? gv : 0.0f;
     t[0] = gi;
     t[1] = T(gi) * (T(load_value(x, i)) - T(shift));
   }, total);

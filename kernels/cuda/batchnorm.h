@@ -21,6 +21,6 @@ void launch_batchnorm_forward(const KernelContext& ctx, DType type, const BatchN
 void launch_batchnorm_backward(const KernelContext& ctx, DType type, const BatchNormShape& s,
                                const void* x, const void* dy, const float* gamma,
                                const float* save_mean, const float* save_invstd, void* dx,
-                               float* dgamma, float* dbeta, const void* y);
+                               float* dgamma, float* dbeta, const float* beta);
 
 }  // namespace trident::cuda

@@ -92,11 +92,18 @@ void normalize_run(__global const act_t* x, __global act_t* y, uint channels, ui
   }
 }
 
-// dy at one position, through the fused ReLU when relu (y: the forward's output).
-float relu_gradient(__global const act_t* dy, __global const act_t* y, int relu, uint at_dy,
-                    uint at_y) {
-  const float g = LOAD(dy, at_dy);
-  return relu && !(LOAD(y, at_y) > 0.0f) ? 0.0f : g;
+// g through the fused ReLU when relu: 0 where the forward's output x * a + b (a = invstd *
+// gamma, b = beta - mean * a, as batchnorm_normalize computes them) is not > 0.
+float relu_gradient(float g, float x, float a, float b, int relu) {
+  return relu && !(x * a + b > 0.0f) ? 0.0f : g;
+}
+
+// The forward's a and b of a channel (see relu_gradient) from the saved statistics.
+float2 forward_affine(float mean, float invstd, __global const float* gamma, ulong gamma_off,
+                      int has_gamma, __global const float* beta, ulong beta_off, int has_beta,
+                      uint c) {
+  const float a = invstd * (has_gamma ? gamma[gamma_off + c] : 1.0f);
+  return (float2)(a, (has_beta ? beta[beta_off + c] : 0.0f) - mean * a);
 }
 
 // Training with one piece per channel: work-group c computes channel c's statistics, stores
@@ -184,17 +191,19 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
 // ---- backward: dx = k * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n), k = gamma * invstd,
 // xhat = (x - mean) * invstd; dgamma = sum(dy * xhat), dbeta = sum(dy).
 
-// One work-item's Kahan sums of dy and dy * (x - mean) over channel c's positions [k0, k1).
-float2 gradient_sums_of_run(__global const act_t* x, __global const act_t* dy,
-                            __global const act_t* y, int relu, uint channels, uint inner,
-                            uint c, uint k0, uint k1, float mean) {
+// One work-item's Kahan sums of dy and dy * (x - mean) over channel c's positions [k0, k1);
+// relu: dy through the fused ReLU, whose forward was x * affine.x + affine.y.
+float2 gradient_sums_of_run(__global const act_t* x, __global const act_t* dy, float2 affine,
+                            int relu, uint channels, uint inner, uint c, uint k0, uint k1,
+                            float mean) {
   float s0 = 0.0f, c0 = 0.0f, s1 = 0.0f, c1 = 0.0f;
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    const float g = relu_gradient(dy, y, relu, at, at);
+    const float xv = LOAD(x, at);
+    const float g = relu_gradient(LOAD(dy, at), xv, affine.x, affine.y, relu);
     kahan_add(&s0, &c0, g);
-    kahan_add(&s1, &c1, g * (LOAD(x, at) - mean));
+    kahan_add(&s1, &c1, g * (xv - mean));
   }
   return (float2)(s0, s1);
 }
@@ -211,15 +220,15 @@ float2 finish_gradient_sums(float2 sums, uint c, float invstd, float count,
 }
 
 // dx for channel c's positions [k0, k1) from the coefficients.
-void input_gradient_run(__global const act_t* x, __global const act_t* dy,
-                        __global const act_t* y, int relu, __global act_t* dx, uint channels,
-                        uint inner, uint c, uint k0, uint k1, float mean, float invstd,
-                        float k_scale, float2 coef) {
+void input_gradient_run(__global const act_t* x, __global const act_t* dy, float2 affine,
+                        int relu, __global act_t* dx, uint channels, uint inner, uint c, uint k0,
+                        uint k1, float mean, float invstd, float k_scale, float2 coef) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    const float xhat = (LOAD(x, at) - mean) * invstd;
-    STORE(dx, at, k_scale * (relu_gradient(dy, y, relu, at, at) - coef.x - xhat * coef.y));
+    const float xv = LOAD(x, at), xhat = (xv - mean) * invstd;
+    const float g = relu_gradient(LOAD(dy, at), xv, affine.x, affine.y, relu);
+    STORE(dx, at, k_scale * (g - coef.x - xhat * coef.y));
   }
 }
 
@@ -232,20 +241,23 @@ void batchnorm_backward_channel(__global const act_t* x, ulong x_off, __global c
                                 ulong save_invstd_off, __global act_t* dx, ulong dx_off,
                                 __global float* dgamma, ulong dgamma_off, int has_dgamma,
                                 __global float* dbeta, ulong dbeta_off, int has_dbeta,
-                                uint outer, uint channels, uint inner, __global const act_t* y,
-                                ulong y_off, int relu) {
+                                uint outer, uint channels, uint inner,
+                                __global const float* beta, ulong beta_off, int has_beta,
+                                int relu) {
   __local float a[REDUCE_GROUP], b[REDUCE_GROUP];
   const uint c = get_group_id(0), values = outer * inner;
   const float mean = save_mean[save_mean_off + c], invstd = save_invstd[save_invstd_off + c];
-  const float2 sums = local_sum2(gradient_sums_of_run(x + x_off, dy + dy_off, y + y_off, relu,
+  const float2 affine = forward_affine(mean, invstd, gamma, gamma_off, has_gamma, beta,
+                                       beta_off, has_beta, c);
+  const float2 sums = local_sum2(gradient_sums_of_run(x + x_off, dy + dy_off, affine, relu,
                                                       channels, inner, c, 0, values, mean),
                                  a, b);
   const float2 coef = finish_gradient_sums(sums, c, invstd, (float)values,
                                            dgamma, dgamma_off, has_dgamma && get_local_id(0) == 0,
                                            dbeta, dbeta_off, has_dbeta && get_local_id(0) == 0);
   const float k_scale = (has_gamma ? gamma[gamma_off + c] : 1.0f) * invstd;
-  input_gradient_run(x + x_off, dy + dy_off, y + y_off, relu, dx + dx_off, channels, inner, c,
-                     0, values, mean, invstd, k_scale, coef);
+  input_gradient_run(x + x_off, dy + dy_off, affine, relu, dx + dx_off, channels, inner, c, 0,
+                     values, mean, invstd, k_scale, coef);
 }
 
 // Several pieces per channel: the sums of piece (group id / channels) of channel
@@ -255,12 +267,17 @@ void batchnorm_gradient_sums(__global const act_t* x, ulong x_off, __global cons
                              ulong dy_off, __global const float* save_mean, ulong save_mean_off,
                              uint outer, uint channels, uint inner, uint per_piece,
                              __global float* partial, ulong partial_off,
-                             __global const act_t* y, ulong y_off, int relu) {
+                             __global const float* save_invstd, ulong save_invstd_off,
+                             __global const float* gamma, ulong gamma_off, int has_gamma,
+                             __global const float* beta, ulong beta_off, int has_beta,
+                             int relu) {
   __local float a[REDUCE_GROUP], b[REDUCE_GROUP];
   const uint c = get_group_id(0) % channels, piece = get_group_id(0) / channels;
   const uint k0 = piece * per_piece, k1 = min(outer * inner, k0 + per_piece);
   const float mean = save_mean[save_mean_off + c];
-  const float2 sums = local_sum2(gradient_sums_of_run(x + x_off, dy + dy_off, y + y_off, relu,
+  const float2 affine = forward_affine(mean, save_invstd[save_invstd_off + c], gamma, gamma_off,
+                                       has_gamma, beta, beta_off, has_beta, c);
+  const float2 sums = local_sum2(gradient_sums_of_run(x + x_off, dy + dy_off, affine, relu,
                                                       channels, inner, c, k0, k1, mean),
                                  a, b);
   if (get_local_id(0) != 0) return;
@@ -292,7 +309,7 @@ __kernel void batchnorm_gradient_finish(__global const float* partial, ulong par
   coef[coef_off + c * 2 + 1] = k.y;
 }
 
-// dx elementwise from the per-channel coefficients; dx may be dy (not y).
+// dx elementwise from the per-channel coefficients; dx may be dy.
 __kernel void batchnorm_input_gradient(__global const act_t* x, ulong x_off,
                                        __global const act_t* dy, ulong dy_off,
                                        __global const float* gamma, ulong gamma_off,
@@ -301,15 +318,17 @@ __kernel void batchnorm_input_gradient(__global const act_t* x, ulong x_off,
                                        ulong save_invstd_off, __global const float* coef,
                                        ulong coef_off,
                                        __global act_t* dx, ulong dx_off, uint n, uint channels,
-                                       uint inner, __global const act_t* y, ulong y_off,
-                                       int relu) {
+                                       uint inner, __global const float* beta, ulong beta_off,
+                                       int has_beta, int relu) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint c = (i / inner) % channels;
-  const float invstd = save_invstd[save_invstd_off + c];
-  const float xhat = (LOAD(x, x_off + i) - save_mean[save_mean_off + c]) * invstd;
+  const float invstd = save_invstd[save_invstd_off + c], mean = save_mean[save_mean_off + c];
+  const float xv = LOAD(x, x_off + i), xhat = (xv - mean) * invstd;
   const float k_scale = (has_gamma ? gamma[gamma_off + c] : 1.0f) * invstd;
   const float k0 = coef[coef_off + c * 2], k1 = coef[coef_off + c * 2 + 1];
-  const float g = relu_gradient(dy, y, relu, dy_off + i, y_off + i);
+  const float2 affine = forward_affine(mean, invstd, gamma, gamma_off, has_gamma, beta, beta_off,
+                                       has_beta, c);
+  const float g = relu_gradient(LOAD(dy, dy_off + i), xv, affine.x, affine.y, relu);
   STORE(dx, dx_off + i, k_scale * (g - k0 - xhat * k1));
 }

@@ -112,13 +112,16 @@ void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, c
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta, const float* y) {
+                        float* dx, float* dgamma, float* dbeta, const float* beta) {
   const double n = double(s.outer * s.inner);
-  // The gradient after the fused ReLU: dy where y > 0, else 0.
-  auto grad = [&](int64_t at) { return !s.relu || y[at] > 0.0f ? double(dy[at]) : 0.0; };
   for (int64_t c = 0; c < s.channels; ++c) {
     auto at = [&](int64_t o, int64_t i) { return (o * s.channels + c) * s.inner + i; };
     const double mean = save_mean[c], invstd = save_invstd[c];
+    const double g = gamma ? double(gamma[c]) : 1.0, b = beta ? double(beta[c]) : 0.0;
+    // The gradient after the fused ReLU: dy where the forward's output was positive.
+    auto grad = [&](int64_t at) {
+      return !s.relu || (x[at] - mean) * invstd * g + b > 0.0 ? double(dy[at]) : 0.0;
+    };
     double sum_dy = 0.0, sum_dy_xhat = 0.0;
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i) {

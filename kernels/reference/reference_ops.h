@@ -71,10 +71,11 @@ void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, const float* gamma,
                        const float* beta, float* running_mean, float* running_var, float* y,
                        float* save_mean, float* save_invstd);
-// s.relu: y (required then) is the forward's output, the gradient passing where y > 0.
+// s.relu: the gradient passes where the forward's output, recomputed from x, gamma, beta and
+// the saved statistics, is positive (beta null: 0).
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
                         const float* gamma, const float* save_mean, const float* save_invstd,
-                        float* dx, float* dgamma, float* dbeta, const float* y = nullptr);
+                        float* dx, float* dgamma, float* dbeta, const float* beta = nullptr);
 
 // ---- losses and the classification head -----------------------------------------------------------
 void log_softmax_forward(const float* x, float* y, int64_t rows, int64_t cols);
