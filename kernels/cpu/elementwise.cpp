@@ -2,6 +2,7 @@
 // float ops are templates over the storage type X (float, or bfloat16 bits: storage.h).
 #include "trident/kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "trident/core/half.h"
@@ -66,17 +67,24 @@ void axpby_of(const X* x, X* y, int64_t n, float a, float b) {
   });
 }
 
-// y = kOp(a * x + b * y): a residual sum and its activation in one pass.
+// y = kOp(a * x + b * y): a residual sum and its activation in one pass over memory, in blocks
+// of float sums on the stack (y rounded once). As one loop GCC 12 did not vectorise it ("control
+// flow in loop"): 2.6 ms against 1.4 for axpby and the activation as two passes (6.4M floats).
 template <UnaryOp kOp, class X>
 void axpby_activation_loop(const X* x, X* y, int64_t n, float a, float b, float alpha) {
   parallel_ranges(n, kElementwiseGrain, [=](int64_t lo, int64_t hi) {
-    if (b == 0.f) {
-      for (int64_t i = lo; i < hi; ++i)
-        store_value(y, i, unary_apply<float>(kOp, a * load_value(x, i), alpha));
-    } else {
-      for (int64_t i = lo; i < hi; ++i)
-        store_value(y, i,
-                    unary_apply<float>(kOp, a * load_value(x, i) + b * load_value(y, i), alpha));
+    constexpr int64_t kBlock = 1024;
+    float sum[kBlock];
+    for (int64_t b0 = lo; b0 < hi; b0 += kBlock) {
+      const int64_t count = std::min(kBlock, hi - b0);
+      if (b == 0.f) {
+        for (int64_t i = 0; i < count; ++i) sum[i] = a * load_value(x, b0 + i);
+      } else {
+        for (int64_t i = 0; i < count; ++i)
+          sum[i] = a * load_value(x, b0 + i) + b * load_value(y, b0 + i);
+      }
+      for (int64_t i = 0; i < count; ++i)
+        store_value(y, b0 + i, unary_apply<float>(kOp, sum[i], alpha));
     }
   });
 }
