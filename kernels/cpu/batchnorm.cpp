@@ -22,6 +22,17 @@ void for_runs(const BatchNormShape& s, int64_t c, const F& f) {
 // The fused ReLU as UnaryOp::relu computes it: a NaN is kept.
 inline float relu_kept_nan(float v) { return v < 0.0f ? 0.0f : v; }
 
+// The normalisation of channel c as y = x * a + b in float: a = invstd * gamma, b = beta - mean *
+// a (gamma, beta null: 1, 0). The forward's, and the backward's fused-ReLU mask.
+struct Affine {
+  float a, b;
+};
+inline Affine affine_of(double mean, double invstd, const float* gamma, const float* beta,
+                        int64_t c) {
+  const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
+  return {float(a), float((beta ? double(beta[c]) : 0.0) - mean * a)};
+}
+
 int64_t channel_grain(const BatchNormShape& s) {
   return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.outer * s.inner, 1));
 }
@@ -56,9 +67,8 @@ void forward(const BatchNormShape& s, bool training, const X* x, const float* ga
         mean = running_mean[c];
         invstd = 1.0 / std::sqrt(double(running_var[c]) + double(s.eps));
       }
-      // y = x * a + b with a = invstd * gamma, b = beta - mean * a.
-      const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
-      const float af = float(a), bf = float((beta ? double(beta[c]) : 0.0) - mean * a);
+      const Affine f = affine_of(mean, invstd, gamma, beta, c);
+      const float af = f.a, bf = f.b;  // (structured bindings cannot be captured in C++17)
       for_runs(s, c, [&](int64_t, int64_t at) {
         if (s.relu)
           for (int64_t i = 0; i < s.inner; ++i)
@@ -84,8 +94,8 @@ void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gam
       const double invstd = save_invstd[c];
       // The products are taken about the saved (float) mean, as the reference does.
       const float mean_f = save_mean[c];
-      const double a = invstd * (gamma ? double(gamma[c]) : 1.0);
-      const float af = float(a), bf = float((beta ? double(beta[c]) : 0.0) - double(mean_f) * a);
+      const Affine f = affine_of(mean_f, invstd, gamma, beta, c);
+      const float af = f.a, bf = f.b;
       double sum_dy = 0.0, sum_dy_centered = 0.0;
       for_runs(s, c, [&](int64_t, int64_t at) {
         if (s.relu)

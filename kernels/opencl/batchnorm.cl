@@ -182,9 +182,9 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
   const uint c = (i / inner) % channels;
   const float s = spread[spread_off + c];
   const float invstd = stats_are_var ? 1.0f / sqrt(s + eps) : s;
-  const float a = invstd * (has_gamma ? gamma[gamma_off + c] : 1.0f);
-  const float b = (has_beta ? beta[beta_off + c] : 0.0f) - mean[mean_off + c] * a;
-  const float v = LOAD(x, x_off + i) * a + b;
+  const float2 affine = forward_affine(mean[mean_off + c], invstd, gamma, gamma_off, has_gamma,
+                                       beta, beta_off, has_beta, c);
+  const float v = LOAD(x, x_off + i) * affine.x + affine.y;
   STORE(y, y_off + i, relu && v < 0.0f ? 0.0f : v);
 }
 
