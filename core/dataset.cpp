@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "trident/core/error.h"
+#include "trident/core/finite.h"
 
 namespace trident {
 namespace {
@@ -71,11 +72,13 @@ Dataset::Dataset(std::vector<float> values, std::vector<int64_t> sample_shape, s
                  int64_t classes) {
   dtype_ = DType::f32;
   init(std::move(sample_shape), std::move(labels), classes, values.size());
-  for (size_t i = 0; i < values.size(); ++i)
-    if (!std::isfinite(values[i]))
-      throw UsageError("Dataset: value " + std::to_string(i % static_cast<size_t>(sample_numel_)) + " of sample " +
-                       std::to_string(i / static_cast<size_t>(sample_numel_)) + " is not finite (" +
-                       std::to_string(values[i]) + ")");
+  const int64_t bad = first_non_finite(values.data(), static_cast<int64_t>(values.size()));
+  if (bad >= 0) {
+    const size_t i = static_cast<size_t>(bad);
+    throw UsageError("Dataset: value " + std::to_string(i % static_cast<size_t>(sample_numel_)) + " of sample " +
+                     std::to_string(i / static_cast<size_t>(sample_numel_)) + " is not finite (" +
+                     std::to_string(values[i]) + ")");
+  }
   auto storage = std::make_shared<Storage>();
   storage->f32 = std::move(values);
   storage_ = std::move(storage);

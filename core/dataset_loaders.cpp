@@ -9,6 +9,7 @@
 #include "trident/core/dataset.h"
 #include "trident/core/error.h"
 #include "trident/core/files.h"
+#include "trident/core/finite.h"
 #include "trident/core/idx.h"
 #include "trident/core/npy.h"
 #include "trident/core/zip.h"
@@ -156,12 +157,13 @@ void take_samples(RawSplit& s, NpyArray& a) {
   s.sample_shape = sample_shape_of(a.shape);
   if (f32) {
     const size_t numel = a.bytes.size() / 4, per_sample = numel / static_cast<size_t>(std::max<int64_t>(a.shape[0], 1));
-    for (size_t i = 0; i < numel; ++i) {
+    const int64_t bad = first_non_finite(a.bytes.data(), static_cast<int64_t>(numel));
+    if (bad >= 0) {
+      const size_t i = static_cast<size_t>(bad);
       float v;
       std::memcpy(&v, a.bytes.data() + 4 * i, 4);
-      if (!std::isfinite(v))
-        throw FormatError(s.samples_name + ": value " + std::to_string(i % per_sample) + " of sample " +
-                          std::to_string(i / per_sample) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
+      throw FormatError(s.samples_name + ": value " + std::to_string(i % per_sample) + " of sample " +
+                        std::to_string(i / per_sample) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
     }
   }
   s.samples = std::move(a.bytes);

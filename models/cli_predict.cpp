@@ -10,6 +10,7 @@
 #include "trident/core/dataset.h"
 #include "trident/core/error.h"
 #include "trident/core/files.h"
+#include "trident/core/finite.h"
 #include "trident/core/image.h"
 #include "trident/core/json.h"
 #include "trident/core/npy.h"
@@ -128,10 +129,10 @@ void add_npy(const std::string& path, const Shape& sample, const std::string& mo
     const size_t n = a.bytes.size() / 4, at = pools.floats.size();
     pools.floats.resize(at + n);
     std::memcpy(pools.floats.data() + at, a.bytes.data(), a.bytes.size());
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(pools.floats[at + i]))
-        throw FormatError(path + ": sample " + std::to_string(i / size_t(shape_numel(sample))) +
-                          " holds a non-finite value; model inputs must be finite");
+    const int64_t bad = first_non_finite(pools.floats.data() + at, int64_t(n));
+    if (bad >= 0)
+      throw FormatError(path + ": sample " + std::to_string(bad / shape_numel(sample)) +
+                        " holds a non-finite value; model inputs must be finite");
   } else {
     in.first = int64_t(pools.bytes.size()) / shape_numel(sample);
     pools.bytes.insert(pools.bytes.end(), a.bytes.begin(), a.bytes.end());

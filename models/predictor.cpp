@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "trident/core/error.h"
+#include "trident/core/finite.h"
 #include "trident/core/log.h"
 #include "trident/models/state_dict.h"
 
@@ -113,11 +114,13 @@ int64_t Predictor::bucket_for(int64_t rows) const {
 
 std::vector<float> Predictor::outputs(const float* samples, int64_t count) {
   const int64_t n = sample_numel();
-  for (int64_t i = 0; i < count * n; ++i)
-    if (!std::isfinite(samples[i]))
+  if (count > 0 && samples != nullptr) {
+    const int64_t i = first_non_finite(samples, count * n);
+    if (i >= 0)
       throw UsageError("sample " + std::to_string(i / n) + " holds " +
                        (std::isnan(samples[i]) ? "NaN" : "an infinity") + " at element " +
                        std::to_string(i % n) + "; inputs must be finite");
+  }
   return run(kFloat, samples, count);
 }
 

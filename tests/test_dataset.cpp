@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "trident/core/byte_source.h"
 #include "trident/core/dataset.h"
 #include "trident/core/error.h"
+#include "trident/core/finite.h"
 #include "trident/core/idx.h"
 #include "trident/core/npy.h"
 #include "tests/test_files.h"
@@ -47,6 +50,34 @@ Bytes keras_npz(int n_train, int n_test, bool deflate) {
 }
 
 }  // namespace
+
+TEST_CASE("first_non_finite: the first infinity or NaN of a float array, at any position and "
+          "alignment", "[dataset]") {
+  // 3000 values: three blocks of the scan (1024 each), the last one partial.
+  std::vector<float> v(3000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 7 == 0 ? -1.0f : 1.0f) * float(i) * 1e-3f;
+  v[1] = std::numeric_limits<float>::max();       // finite extremes stay finite
+  v[2] = -std::numeric_limits<float>::max();
+  v[3] = std::numeric_limits<float>::denorm_min();
+  v[4] = -0.0f;
+  CHECK(trident::first_non_finite(v.data(), int64_t(v.size())) == -1);
+  CHECK(trident::first_non_finite(v.data(), 0) == -1);
+  for (const float bad : {NAN, -NAN, INFINITY, -INFINITY}) {
+    for (const int64_t at : {0, 1023, 1024, 2047, 2999}) {
+      std::vector<float> w = v;
+      w[size_t(at)] = bad;
+      w[2999 - size_t(at) / 2] = bad;  // a later one too (the first is reported)
+      CHECK(trident::first_non_finite(w.data(), int64_t(w.size())) ==
+            std::min<int64_t>(at, 2999 - at / 2));
+      CHECK(trident::first_non_finite(w.data(), at) == (2999 - at / 2 < at ? 2999 - at / 2 : -1));
+    }
+  }
+  // Bytes at an odd address (a .npy payload after its header): read without alignment.
+  std::vector<unsigned char> bytes(1 + 4 * 100, 0);
+  const float inf = INFINITY;
+  std::memcpy(bytes.data() + 1 + 4 * 57, &inf, 4);
+  CHECK(trident::first_non_finite(bytes.data() + 1, 100) == 57);
+}
 
 TEST_CASE("dataset: memory the application owns, kept as uint8 or float32", "[dataset]") {
   std::vector<uint8_t> bytes(3 * 2 * 2 * 2);
