@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <exception>
 #include <numeric>
 
@@ -154,16 +153,16 @@ void Predictor::run_batch(Kind kind, const uint8_t* samples, int64_t rows, int64
     std::iota(order.begin(), order.end(), 0);
     b.table = Tensor::from_host(d, {bucket}, order);
   }
-  // The inputs into the persistent buffer (rows past the request: zeros), outside any capture.
+  // The inputs into the persistent buffer, outside any capture; rows past the request are
+  // zeroed on the device (not padded on the host: a copy of the whole bucket).
   const Tensor& target = kind == kBytes ? b.images : input;
   const size_t row_bytes = target.bytes() / static_cast<size_t>(bucket);
-  if (rows == bucket) {
-    target.copy_from_host(samples, target.bytes());
-  } else {
-    std::vector<uint8_t> padded(target.bytes(), 0);
-    std::memcpy(padded.data(), samples, static_cast<size_t>(rows) * row_bytes);
-    target.copy_from_host(padded.data(), padded.size());
-  }
+  const int64_t row_numel = target.numel() / bucket;
+  Shape row_shape(target.shape().begin() + 1, target.shape().end());
+  target.view(0, with_batch(rows, row_shape))
+      .copy_from_host(samples, static_cast<size_t>(rows) * row_bytes);
+  if (rows < bucket)
+    d.fill(target.view(rows * row_numel, with_batch(bucket - rows, row_shape)), 0.0f);
   StepContext ctx;
   ctx.device = &d;
   ctx.step_state = step_state_;
@@ -192,13 +191,8 @@ void Predictor::run_batch(Kind kind, const uint8_t* samples, int64_t rows, int64
     forward();
   }
   ++b.runs[kind];
-  if (rows == bucket) {
-    b.output.to_host(out, static_cast<size_t>(rows * classes_) * sizeof(float));
-  } else {
-    std::vector<float> all(static_cast<size_t>(bucket * classes_));
-    b.output.to_host(all.data(), all.size() * sizeof(float));
-    std::copy_n(all.begin(), rows * classes_, out);
-  }
+  b.output.view(0, {rows, classes_})
+      .to_host(out, static_cast<size_t>(rows * classes_) * sizeof(float));
 }
 
 std::vector<float> Predictor::softmax_rows(const std::vector<float>& outputs, int64_t classes) {
