@@ -450,10 +450,10 @@ TEST_CASE("opencl: the own tiled GEMM at every tile shape, transpose, bias kind 
   }
   // Own kernel mode, tile, split-K slices (forced: every product with K >= 2S is split, its
   // epilogue - beta, bias, activation, ldc - then done by the split_k_sum kernel).
-  const char* modes[][3] = {{"always", "32", nullptr}, {"always", "64", nullptr},
-                            {"always", "128", nullptr}, {"auto", nullptr, nullptr},
-                            {"never", nullptr, nullptr}, {"always", nullptr, "3"},
-                            {"never", nullptr, "4"}};
+  const char* modes[][3] = {{"always", "32", nullptr},  {"always", "64", nullptr},
+                            {"always", "128", nullptr}, {"always", "32x128", nullptr},
+                            {"auto", nullptr, nullptr}, {"never", nullptr, nullptr},
+                            {"always", nullptr, "3"},   {"never", nullptr, "4"}};
   for (const auto& [mode, tile, split] : modes) {
     ScopedEnv own("TRIDENT_OPENCL_OWN_GEMM", mode), forced("TRIDENT_OPENCL_GEMM_TILE", tile),
         slices("TRIDENT_OPENCL_SPLIT_K", split);
@@ -541,7 +541,7 @@ TEST_CASE("opencl: convolutions through the own GEMM (NCHW epilogue, split-K tai
       ScopedEnv never("TRIDENT_OPENCL_OWN_GEMM", "never");
       clblast = conv_results(*fresh_opencl_devices().front(), shape);
     }
-    for (const char* tile : {"32", "64", "128"}) {
+    for (const char* tile : {"32", "64", "128", "32x128"}) {
       ScopedEnv always("TRIDENT_OPENCL_OWN_GEMM", "always"),
           forced("TRIDENT_OPENCL_GEMM_TILE", tile);
       INFO("tile " << tile << ", batch " << shape.batch);

@@ -44,10 +44,13 @@ GemmPolicy GemmPolicy::from_env() {
     }
   }
   p.split_k = env_int("TRIDENT_OPENCL_SPLIT_K", 0, 1, 64);
-  p.tile = env_int("TRIDENT_OPENCL_GEMM_TILE", 0, 0, 128);
-  if (p.tile != 0 && p.tile != 32 && p.tile != 64 && p.tile != 128)
-    throw UsageError("TRIDENT_OPENCL_GEMM_TILE=" + std::to_string(p.tile) +
-                     " is not a tile size; use 32, 64 or 128 (or leave it unset)");
+  if (const auto value = env_string("TRIDENT_OPENCL_GEMM_TILE"); value && !value->empty()) {
+    p.tile = gemm_tile_shape(*value);
+    if (p.tile < 0)
+      throw UsageError("TRIDENT_OPENCL_GEMM_TILE=" + *value +
+                       " is not a tile shape; use one of " + gemm_tile_shape_names() +
+                       " (or leave it unset)");
+  }
   return p;
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "trident/backends/opencl/cl_queue.h"
@@ -20,12 +21,20 @@ namespace trident::opencl {
 // pad/transpose/epilogue launches cost more than its faster large-matrix kernels gain), always,
 // never, or a number (the largest m*n*k*batch it takes, on any device type).
 enum class OwnGemmMode : int { auto_, always, never };
+
+// The own kernel's float-arithmetic tile shapes (gemm_tiled.cpp's table; the tensor-core kernel
+// comes after them): the index of the one named `name` ("32", "64", "128" or "32x128") or -1,
+// and all the names, for messages.
+constexpr int kGemmTileShapes = 4;
+int gemm_tile_shape(const std::string& name);
+std::string gemm_tile_shape_names();
 struct GemmPolicy {
   OwnGemmMode mode = OwnGemmMode::auto_;
   double max_work = 0.0;        // auto: the largest m*n*k*batch for the own kernel
   bool explicit_limit = false;  // max_work came from the variable: any device type
   long split_k = 0;             // TRIDENT_OPENCL_SPLIT_K: 0 auto, else S slices (1: never)
-  long tile = 0;                // TRIDENT_OPENCL_GEMM_TILE: 0 auto, else 32, 64 or 128
+  int tile = -1;                // TRIDENT_OPENCL_GEMM_TILE: -1 auto, else the forced tile shape
+                                // (an index of gemm_tiled.cpp's table: 32, 64, 128 or 32x128)
   // Reads the variables; a value it does not understand is a UsageError naming it.
   static GemmPolicy from_env();
 };
@@ -113,7 +122,8 @@ class GemmEngine {
   // Whether the own kernel takes a product of `work` multiply-adds on this device (the policy;
   // shape limits aside).
   bool own_kernel_takes(double work) const;
-  // The tile shape (0..2, or 3: the tensor-core kernel) the own kernel would run `t` with, or
+  // The tile shape (0 .. kGemmTileShapes - 1, or kGemmTileShapes: the tensor-core kernel) the
+  // own kernel would run `t` with, or
   // -1 when its indices or launch grid do not fit the kernel (the policy aside).
   int tile_variant(const TiledGemm& t) const;
   // Whether `t` (16-bit A and B) runs on the tensor-core kernel (builds it on first use).
@@ -138,8 +148,8 @@ class GemmEngine {
   const bool is_gpu_;
   const int compute_units_;
 
-  // Per tile shape (3, and the tensor-core kernel) x A/B type x C type (f32, f16, bf16 each).
-  TileProgram tile_programs_[4][3][3];
+  // Per tile shape (and the tensor-core kernel) x A/B type x C type (f32, f16, bf16 each).
+  TileProgram tile_programs_[kGemmTileShapes + 1][3][3];
   // 16-bit products on tensor cores (NVIDIA, compute capability 8.0+, not turned off by
   // TRIDENT_OPENCL_TENSOR_CORES=0); cleared if the driver refuses the program.
   mutable TensorCores tensor_cores_ = TensorCores::off;

@@ -12,27 +12,30 @@
 namespace trident::opencl {
 namespace {
 
-// Tile shapes, smallest first; each is a separate program (-D options; one more per operand
-// types), so every loop bound in the kernel is a compile-time constant and the accumulators stay
-// in registers. The small tile
-// serves long-K products with few output tiles (200x10x512): a deep K slice halves the number of
-// latency-bound load/barrier rounds.
+// Tile shapes (TS_M x TS_N, K slice); each is a separate program (-D options; one more per
+// operand types), so every loop bound in the kernel is a compile-time constant and the
+// accumulators stay in registers. The small square tile serves long-K products with few output
+// tiles (200x10x512): a deep K slice halves the number of latency-bound load/barrier rounds.
+// The wide ones serve a convolution's products, whose output has few rows (its 32 to 128
+// channels) and hundreds of thousands of columns (the batch's pixels).
 struct GemmTile {
   size_t m, n, k;
+  const char* name;  // TRIDENT_OPENCL_GEMM_TILE's value for it
   const char* options;
 };
 // The last entry is the tensor-core kernel (gemm.cl under -DMMA: 16-bit A and B on NVIDIA GPUs of
 // compute capability 8.0+, work-groups of 128), never picked by pick_variant.
-const GemmTile kTiles[] = {
-    {32, 32, 32, "-cl-std=CL1.2 -DTS_M=32 -DTS_N=32 -DTS_K=32"},
-    {64, 64, 16, "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=16"},
-    {128, 128, 8, "-cl-std=CL1.2 -DTS_M=128 -DTS_N=128 -DTS_K=8"},
-    {64, 64, 32, "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=32 -DMMA"},
+const GemmTile kTiles[kGemmTileShapes + 1] = {
+    {32, 32, 32, "32", "-cl-std=CL1.2 -DTS_M=32 -DTS_N=32 -DTS_K=32"},
+    {64, 64, 16, "64", "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=16"},
+    {128, 128, 8, "128", "-cl-std=CL1.2 -DTS_M=128 -DTS_N=128 -DTS_K=8"},
+    {32, 128, 16, "32x128", "-cl-std=CL1.2 -DTS_M=32 -DTS_N=128 -DTS_K=16"},
+    {64, 64, 32, "", "-cl-std=CL1.2 -DTS_M=64 -DTS_N=64 -DTS_K=32 -DMMA"},
 };
-const char* const kTileKernelNames[] = {"gemm_tiled (32x32 tiles)", "gemm_tiled (64x64 tiles)",
-                                        "gemm_tiled (128x128 tiles)",
-                                        "gemm_tiled (tensor cores, 64x64 tiles)"};
-constexpr int kMmaVariant = 3;
+const char* const kTileKernelNames[kGemmTileShapes + 1] = {
+    "gemm_tiled (32x32 tiles)", "gemm_tiled (64x64 tiles)", "gemm_tiled (128x128 tiles)",
+    "gemm_tiled (32x128 tiles)", "gemm_tiled (tensor cores, 64x64 tiles)"};
+constexpr int kMmaVariant = kGemmTileShapes;
 constexpr size_t kGemmSide = 16;      // work-groups are 16 x 16 (gemm.cl's GEMM_SIDE)
 constexpr size_t kMmaThreads = 128;   // the tensor-core kernel's work-groups (MMA_THREADS)
 
@@ -40,22 +43,32 @@ size_t groups_for(const GemmTile& tile, const TiledGemm& t) {
   return (t.m + tile.m - 1) / tile.m * ((t.n + tile.n - 1) / tile.n) * t.batch;
 }
 
-// The largest tile that still gives half the compute units a work-group (a larger tile does
-// more multiply-adds per local-memory read, and its loads are prefetched, so one work-group per
-// compute unit is not starved) and wastes at most a third of its work on edge padding (a conv's
-// 20 x 12800 output would be 84% padding in 128-row tiles); `forced` (TRIDENT_OPENCL_GEMM_TILE:
-// 32, 64 or 128) picks one (tests use it to run every variant).
-int pick_variant(const TiledGemm& t, int compute_units, long forced) {
-  for (int v = 0; v < 3; ++v)
-    if (forced != 0 && size_t(forced) == kTiles[v].m) return v;
+// The first of these tiles that gives half the compute units a work-group (one work-group per
+// compute unit is not starved: its loads are prefetched) and wastes at most a third of its work
+// on edge padding (a conv's 20 x 12800 output would be 84% padding in 128-row tiles), else
+// the 32x32 tile; `forced` (TRIDENT_OPENCL_GEMM_TILE) picks one (tests run every variant).
+// The order is measured (H200, NVIDIA's driver, the ResNet's convolution products in float32,
+// GFLOP/s): 32x128 where 32 rows hold the output (32 x 200704 x 288: 20.2k against 12.6k in
+// 32x32 and 12.8k in 64x64 tiles), else 64x64 (288 x 200704 x 32: 13.5k against 12.1k in
+// 128x128; 128 x 12544 x 1152: 24.4k against 21.7k; 576 x 50176 x 64: 20.9k against 19.2k; the
+// ResNet's step, every product in 64x64 tiles: 5.52 ms against 5.70 as the largest tile that
+// passed was picked). 128x128 (and 64x128 and 128x64 tiles, tried) were never faster than both
+// by more than 3%; it stays for TRIDENT_OPENCL_GEMM_TILE.
+int pick_variant(const TiledGemm& t, int compute_units, int forced) {
+  if (forced >= 0) return forced;
+  constexpr int kSquare32 = 0, kSquare64 = 1, kWide32 = 3;
   const size_t wanted = size_t(std::max(compute_units / 2, 1));
   const double useful = double(t.m) * double(t.n) * double(t.batch);
-  for (int v = 2; v > 0; --v) {
-    const size_t groups = groups_for(kTiles[v], t);
-    const double padded = double(groups) * double(kTiles[v].m) * double(kTiles[v].n);
-    if (groups >= wanted && padded <= 1.5 * useful) return v;
-  }
-  return 0;
+  const auto padded = [&](int v) {
+    return double(groups_for(kTiles[v], t)) * double(kTiles[v].m) * double(kTiles[v].n);
+  };
+  const auto fits = [&](int v, double reference) {
+    return groups_for(kTiles[v], t) >= wanted && padded(v) <= 1.5 * reference;
+  };
+  // The wide tile pads rows as the 32x32 one does: only its column padding counts.
+  if (t.m <= kTiles[kWide32].m && fits(kWide32, padded(kSquare32))) return kWide32;
+  if (fits(kSquare64, useful)) return kSquare64;
+  return kSquare32;
 }
 
 // Whether (rows-1)*row_stride + (cols-1)*col_stride, the last index the kernel forms in one
@@ -67,6 +80,19 @@ bool fits_int(size_t rows, size_t row_stride, size_t cols, size_t col_stride) {
 }
 
 }  // namespace
+
+int gemm_tile_shape(const std::string& name) {
+  for (int v = 0; v < kGemmTileShapes; ++v)
+    if (name == kTiles[v].name) return v;
+  return -1;
+}
+
+std::string gemm_tile_shape_names() {
+  std::string names;
+  for (int v = 0; v < kGemmTileShapes; ++v)
+    names += (v ? ", " : "") + std::string(kTiles[v].name);
+  return names;
+}
 
 TiledGemm TiledGemm::of(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                         DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,
