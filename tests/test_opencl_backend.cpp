@@ -535,7 +535,13 @@ TEST_CASE("opencl: convolutions through the own GEMM (NCHW epilogue, split-K tai
   Conv2dShape split;  // L = 7 * 23 * 23 = 3703: dW in 14 slices of 264 plus a 7-column tail
   split.batch = 7; split.in_channels = 1; split.height = 27; split.width = 27;
   split.out_channels = 10; split.kernel_h = 5; split.kernel_w = 5;
-  for (const Conv2dShape& shape : {strided, split}) {
+  // Stride 1, padding under the kernel's size: dx as a convolution of dy (flipped weights),
+  // a rectangular kernel and unequal padding (dy padded by 2 and 1).
+  Conv2dShape same;
+  same.batch = 3; same.in_channels = 6; same.height = 9; same.width = 13;
+  same.out_channels = 5; same.kernel_h = 3; same.kernel_w = 4;
+  same.pad_h = 0; same.pad_w = 2;
+  for (const Conv2dShape& shape : {strided, split, same}) {
     std::vector<float> clblast;
     {
       ScopedEnv never("TRIDENT_OPENCL_OWN_GEMM", "never");

@@ -102,6 +102,13 @@ bool GemmEngine::takes_16bit(const TiledGemm& t) const {
   return (tensor_cores_for(t) || own_kernel_takes(work)) && tile_variant(t) >= 0;
 }
 
+bool GemmEngine::takes(const TiledGemm& t) const {
+  if (t.ab_type != DType::f32) return takes_16bit(t);
+  const double work = double(t.m) * double(t.n) * double(std::max<size_t>(t.k, 1)) *
+                      double(t.batch);
+  return policy_.mode != OwnGemmMode::never && own_kernel_takes(work) && tile_variant(t) >= 0;
+}
+
 bool GemmEngine::gemm(const GemmCall& g) {
   TiledGemm t = TiledGemm::of(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b,
                               g.ldb, g.beta, g.c, g.ldc);

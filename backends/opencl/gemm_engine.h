@@ -102,6 +102,8 @@ class GemmEngine {
   // kernel, or the policy, runs it on the own kernel, and its indices fit that kernel. A split-K
   // slice fits wherever the whole product does.
   bool takes_16bit(const TiledGemm& t) const;
+  // Whether tiled() runs `t` (any operand types) rather than returning false.
+  bool takes(const TiledGemm& t) const;
   // C = alpha op(A) op(B) + beta C alone in float32, own kernel or CLBlast.
   void plain(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
              DeviceMemory a, size_t lda, DeviceMemory b, size_t ldb, float beta,

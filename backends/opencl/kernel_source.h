@@ -23,6 +23,7 @@ std::string main_program_source(DType storage);
   X(channel_sums_finish)                                                                       \
   /* im2col.cl */ X(im2col) X(col2im)                                                          \
   /* conv2d.cl */ X(conv_output_nchw) X(conv_grad_channel_major) X(conv_grad_sum)              \
+  X(conv_flip_weights)                                                                         \
   /* pool2d.cl */ X(maxpool2d_forward) X(maxpool2d_backward) X(avgpool2d_forward)              \
   X(avgpool2d_global) X(avgpool2d_backward)                                                    \
   /* batchnorm.cl */ X(batchnorm_forward_channel) X(batchnorm_moments)                         \

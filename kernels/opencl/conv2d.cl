@@ -30,6 +30,16 @@ __kernel void conv_grad_channel_major(__global const act_t* dy, ulong dy_off,
   COL_STORE(dyt, dyt_off + i, LOAD(dy, dy_off + (n * out_channels + oc) * plane + p), col_act);
 }
 
+// wt[c, oc, t] = w[oc, c, KK - 1 - t] (t = kh * KW + kw, KK = KH * KW: both axes flipped):
+// the weights of the stride-1 data gradient computed as a convolution of dy (ops_conv2d.cpp).
+__kernel void conv_flip_weights(__global const act_t* w, ulong w_off, __global act_t* wt,
+                                ulong wt_off, uint out_channels, uint channels, uint taps) {
+  const uint i = get_global_id(0);
+  if (i >= out_channels * channels * taps) return;
+  const uint t = i % taps, oc = (i / taps) % out_channels, c = i / (taps * out_channels);
+  STORE(wt, wt_off + i, LOAD(w, w_off + (oc * channels + c) * taps + (taps - 1 - t)));
+}
+
 // dw[oc, t] (t < taps - 1) and db[oc] (t = taps - 1: the ones row's column) = the sums over
 // the rows of partial [rows, OC, taps], the weight-gradient GEMM's split-K slices, in slice
 // order.
