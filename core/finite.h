@@ -9,12 +9,12 @@
 
 namespace trident {
 
-// The index of the first of `count` floats at `floats` (any alignment: read through memcpy) that
-// is an infinity or a NaN, or -1 where every value is finite. Blocks of 1024 values are scanned without a branch (an exponent of all
-// ones, tested on the bits, so -ffinite-math-only cannot fold it away), which the compiler
-// vectorises; only a block that holds such a value is searched value by value. A loop of
-// std::isfinite with an early exit stays scalar: 0.43 ms for a 1000 x 784 batch on an H200
-// machine's host, twice the batch's copy to the GPU.
+// The index of the first of `count` floats at `floats` (any alignment: read through memcpy)
+// that is an infinity or a NaN, or -1 where every value is finite. Blocks of 1024 values are
+// scanned without a branch (an exponent of all ones, tested on the bits, so -ffinite-math-only
+// cannot fold it away), which the compiler vectorises; only a block that holds such a value is
+// searched value by value. A loop of std::isfinite with an early exit stays scalar: 0.43 ms for
+// a 1000 x 784 batch on an H200 machine's host, twice the batch's copy to the GPU.
 inline int64_t first_non_finite(const void* floats, int64_t count) {
   const auto* bytes = static_cast<const unsigned char*>(floats);
   constexpr int64_t kBlock = 1024;
