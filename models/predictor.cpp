@@ -153,9 +153,13 @@ void Predictor::run_batch(Kind kind, const uint8_t* samples, int64_t rows, int64
     std::iota(order.begin(), order.end(), 0);
     b.table = Tensor::from_host(d, {bucket}, order);
   }
+  // Float inputs of a 16-bit network arrive in float32 and are converted by the forward.
+  const bool convert_input = kind == kFloat && input.dtype() != DType::f32;
+  if (convert_input && !b.floats.defined())
+    b.floats = Tensor::empty(d, input.shape(), DType::f32);
   // The inputs into the persistent buffer, outside any capture; rows past the request are
   // zeroed on the device (not padded on the host: a copy of the whole bucket).
-  const Tensor& target = kind == kBytes ? b.images : input;
+  const Tensor& target = kind == kBytes ? b.images : convert_input ? b.floats : input;
   const size_t row_bytes = target.bytes() / static_cast<size_t>(bucket);
   const int64_t row_numel = target.numel() / bucket;
   Shape row_shape(target.shape().begin() + 1, target.shape().end());
@@ -169,7 +173,7 @@ void Predictor::run_batch(Kind kind, const uint8_t* samples, int64_t rows, int64
   ctx.training = false;
   // Everything by value (the buffers are persistent): the step may be kept and run again.
   Batch* batch = &b;
-  auto forward = [this, batch, kind, bucket, ctx, input] {
+  auto forward = [this, batch, kind, bucket, ctx, input, convert_input] {
     if (kind == kBytes) {
       SampleTransform t;  // normalisation only
       t.scale = options_.normalization.divide_by_255 ? 1.0f / 255.0f : 1.0f;
@@ -178,7 +182,15 @@ void Predictor::run_batch(Kind kind, const uint8_t* samples, int64_t rows, int64
       ctx.device->gather_samples(batch->images, batch->table, step_state_, t,
                                  input.reshape(with_batch(bucket, image_shape_)));
     }
-    batch->output = network_.forward(ctx, input);
+    if (convert_input) ctx.device->convert(batch->floats, input);
+    const Tensor& output = network_.forward(ctx, input);
+    if (output.dtype() == DType::f32) {
+      batch->output = output;
+      return;
+    }
+    if (!batch->output.defined() || batch->output.shape() != output.shape())
+      batch->output = Tensor::empty(*ctx.device, output.shape(), DType::f32);
+    ctx.device->convert(output, batch->output);
   };
   // The first run of a size allocates its buffers (eagerly); the second records it, once.
   if (b.captured[kind]) {

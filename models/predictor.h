@@ -8,6 +8,9 @@
 //   Predictor p(make_resnet, DeviceRegistry::global().default_device(), "w.safetensors", options);
 //   std::vector<Prediction> top = p.predict(images, count, 3);  // uint8 [count, 1, 28, 28]
 //
+// A network built in bf16 or fp16 (Network::set_precision) takes the same float32 or uint8
+// inputs and gives float32 outputs: the Predictor converts on the device, around the forward.
+//
 // Where the device can capture (CUDA graphs), each batch size's forward is recorded once, on
 // its second use, and replayed after that: a call copies its inputs into the persistent input
 // buffer, replays, and reads the outputs back. One call at a time: a Predictor's buffers are
@@ -92,8 +95,10 @@ class Predictor {
   enum Kind { kFloat = 0, kBytes = 1 };
   struct Batch {                      // what one batch size holds on the device
     Tensor images;                    // u8 [rows, C, H, W]: the staging buffer of byte inputs
+    Tensor floats;                    // f32 [rows, sample]: float inputs of a 16-bit network
     Tensor table;                     // i32 [rows]: 0, 1, 2 ... (gather in order)
-    Tensor output;                    // the network's output buffer for this size
+    Tensor output;                    // the outputs in float32: the network's output buffer
+                                      // for this size, or its float32 copy (16-bit networks)
     std::unique_ptr<CapturedWork> captured[2];
     int runs[2] = {0, 0};
     bool capture_tried[2] = {false, false};

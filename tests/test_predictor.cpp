@@ -314,3 +314,50 @@ TEST_CASE("predictor: every device answers as the CPU does, capture and replays 
     }
   }
 }
+
+TEST_CASE("predictor: a network built in bf16 or fp16 takes float32 and byte inputs and gives "
+          "float32 outputs, captured and replayed, on every device", "[predictor][capture][dtypes]") {
+  ScratchDir dir("predict-16bit");
+  const ModelRecipe& recipe = find_model("resnet");
+  const std::string path = random_weights(recipe, dir.file("w.safetensors"), 5);
+  const PredictorOptions options = options_for(recipe);
+  Predictor reference(recipe.factory(), cpu(), path, options);  // float32
+  // Three calls (eager, recorded, replayed) of byte and float inputs against the float32
+  // reference: 16-bit activations through the ResNet's 8 convolutions move logits of size ~1
+  // by a few units in the last place of bf16 (2^-8).
+  const auto check = [&](Predictor& p) {
+    for (int call = 0; call < 3; ++call) {
+      INFO("call " << call);
+      const std::vector<uint8_t> images = random_images(5, 200 + call);
+      std::vector<float> floats(images.size());
+      for (size_t i = 0; i < images.size(); ++i)
+        floats[i] = (images[i] / 255.0f - recipe.mean) / recipe.std;
+      const std::vector<float> want = reference.outputs(images.data(), 5);
+      for (const std::vector<float>& got :
+           {p.outputs(images.data(), 5), p.outputs(floats.data(), 5)}) {
+        REQUIRE(got.size() == want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          CHECK(got[i] == Approx(want[i]).margin(0.05 * (1.0 + std::fabs(want[i]))));
+      }
+    }
+  };
+  const auto predictor_on = [&](Device& device, Precision precision) {
+    Network net = recipe.factory()();
+    net.set_precision(precision);
+    net.build(device, options.sample_shape, 0, /*training=*/false);
+    load_weights(net, path, /*strict=*/true);
+    return std::make_unique<Predictor>(std::move(net), options);
+  };
+  for (const Precision precision : {Precision::bf16, Precision::fp16}) {
+    INFO(precision_name(precision));
+    ReplayingCpuDevice replaying(93);
+    check(*predictor_on(replaying, precision));
+    CHECK(replaying.captures == 2);     // bytes and floats, each on its second call
+    CHECK(replaying.replays == 2 * 2);  // calls 2 and 3 of each
+    CHECK(replaying.allocating_replays == 0);
+    FOR_EACH_DEVICE(device) {
+      if (!device->supports(compute_dtype(precision))) continue;
+      check(*predictor_on(*device, precision));
+    }
+  }
+}
