@@ -377,6 +377,7 @@ int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
       out << "trident " << TRIDENT_VERSION_STRING << " (" << TRIDENT_BUILD_FEATURES << ")\n";
       return 0;
     }
+    reject_foreign_options(a);
     if (a.command == "predict") return cmd_predict(a, out, err);
     if (a.command == "export-weights") return cmd_export_weights(a, out, err);
     reject_positional(a);

@@ -6,6 +6,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <set>
+#include <vector>
 
 #include "trident/core/error.h"
 #include "trident/core/json.h"
@@ -69,6 +72,9 @@ train options (a model's recipe gives the defaults of the training options; see 
   --allow-nonfinite         keep training when an epoch's loss is NaN or infinite (default: stop, exit 1)
   --json                    print one JSON object per epoch on stdout
 
+eval options: --checkpoint FILE, --model, --data, --devices (or --device: the first is used),
+  --precision, --test-limit, --loss, --label-smoothing, --no-capture, --json, as for train
+
 predict options (trident predict --checkpoint FILE [options] INPUT...):
   INPUT                     a PNG or PGM (P2, P5) image, or a .npy batch (uint8 or float32,
                             N x C x H x W or N x H x W); uint8 pixels are normalised as the
@@ -86,6 +92,8 @@ predict options (trident predict --checkpoint FILE [options] INPUT...):
   --outputs FILE.npy        also write the raw outputs (logits, or log-probabilities for a model
                             ending in LogSoftmax) as float32 [N, classes]
   --json                    one JSON object per sample on stdout
+  --precision fp32|tf32|bf16|fp16  run the network in this type (TRIDENT_PRECISION, else fp32);
+                            the outputs are float32
   --no-capture              run every forward eagerly (no graph replay)
 
 export-weights options:
@@ -224,6 +232,20 @@ float CliArgs::get_float(const std::string& option, float fallback, float min_va
   return static_cast<float>(v);
 }
 
+namespace {
+
+// --precision's value as precision_name spells it, "" when not given.
+std::string precision_option(const CliArgs& a) {
+  if (!a.has("--precision")) return "";
+  try {
+    return precision_name(parse_precision(a.get("--precision", "")));
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--precision: ") + e.what());
+  }
+}
+
+}  // namespace
+
 CliTrainSettings train_settings(const CliArgs& a) {
   CliTrainSettings s;
   s.model = a.get("--model", s.model);
@@ -249,13 +271,7 @@ CliTrainSettings train_settings(const CliArgs& a) {
   s.step_epochs = a.get_int("--step-epochs", s.step_epochs, 1);
   s.loss = a.get("--loss", s.loss);
   s.label_smoothing = a.get_float("--label-smoothing", s.label_smoothing, 0.0f);
-  if (a.has("--precision")) {
-    try {
-      s.precision = precision_name(parse_precision(a.get("--precision", "")));
-    } catch (const UsageError& e) {
-      throw UsageError(std::string("--precision: ") + e.what());
-    }
-  }
+  s.precision = precision_option(a);
   if (s.label_smoothing >= 1.0f)
     throw UsageError("--label-smoothing '" + a.get("--label-smoothing", "") + "' must be below 1");
   s.clip_grad = a.get_float("--clip-grad", s.clip_grad, 0.0f);
@@ -305,6 +321,41 @@ std::string required_path(const CliArgs& a, const std::string& option, const cha
 
 }  // namespace
 
+namespace {
+
+// The options of each command (beside --help); train reads every option of train_settings.
+const std::map<std::string, std::set<std::string>>& command_options() {
+  static const std::map<std::string, std::set<std::string>> options = [] {
+    std::set<std::string> train;
+    for (const auto& [name, takes_value] : known_options()) train.insert(name);
+    for (const char* other : {"--top", "--labels", "--resize", "--outputs", "--output", "--dtype"})
+      train.erase(other);
+    return std::map<std::string, std::set<std::string>>{
+        {"train", train},
+        {"eval", {"--checkpoint", "--model", "--data", "--devices", "--device", "--precision",
+                  "--test-limit", "--loss", "--label-smoothing", "--no-capture", "--json"}},
+        {"predict", {"--checkpoint", "--model", "--device", "--precision", "--top", "--labels",
+                     "--resize", "--batch", "--outputs", "--no-capture", "--json"}},
+        {"export-weights", {"--checkpoint", "--output", "--dtype", "--model"}},
+        {"devices", {}}};
+  }();
+  return options;
+}
+
+}  // namespace
+
+void reject_foreign_options(const CliArgs& a) {
+  const auto found = command_options().find(a.command);
+  if (found == command_options().end()) return;  // help, or an unknown command (named later)
+  const std::set<std::string>& allowed = found->second;
+  std::vector<std::string> given(a.flags.begin(), a.flags.end());
+  for (const auto& [name, value] : a.values) given.push_back(name);
+  for (const std::string& name : given)
+    if (name != "--help" && !allowed.count(name))
+      throw UsageError("trident " + a.command + " does not take " + name +
+                       " (trident help lists each command's options)");
+}
+
 CliPredictSettings predict_settings(const CliArgs& a) {
   CliPredictSettings s;
   s.checkpoint = required_path(a, "--checkpoint", "cnn.safetensors");
@@ -318,6 +369,7 @@ CliPredictSettings predict_settings(const CliArgs& a) {
     throw UsageError("--outputs '': the file name is empty");
   s.top = a.get_int("--top", s.top, 1);
   s.batch = a.get_int("--batch", s.batch, 1);
+  s.precision = precision_option(a);
   s.json = a.flags.count("--json") > 0;
   s.resize = a.flags.count("--resize") > 0;
   s.capture = a.flags.count("--no-capture") == 0;

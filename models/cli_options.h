@@ -67,6 +67,7 @@ struct CliPredictSettings {
   std::string labels;                // "": Fashion-MNIST's names for 10 classes, else numbers
   std::string outputs;               // "": none; else a .npy of the raw outputs [N, classes]
   std::vector<std::string> inputs;   // at least one
+  std::string precision;             // "": TRIDENT_PRECISION or fp32 (checked)
   int64_t top = 5, batch = 1000;
   bool json = false, resize = false, capture = true;
 };
@@ -81,5 +82,8 @@ CliExportSettings export_settings(const CliArgs& args);
 
 // Commands that take no positional arguments: UsageError naming the first one.
 void reject_positional(const CliArgs& args);
+// A known option that args.command does not read (e.g. `trident predict --epochs 3`): a
+// UsageError naming it and the command, rather than an option silently ignored.
+void reject_foreign_options(const CliArgs& args);
 
 }  // namespace trident

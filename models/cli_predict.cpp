@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "trident/core/dataset.h"
@@ -15,6 +16,7 @@
 #include "trident/core/json.h"
 #include "trident/core/npy.h"
 #include "trident/core/registry.h"
+#include "trident/models/precision.h"
 #include "trident/models/predictor.h"
 #include "trident/models/state_dict.h"
 
@@ -237,6 +239,9 @@ int cmd_predict(const CliArgs& a, std::ostream& out, std::ostream& err) {
   }
 
   Network net = recipe.make(classes);
+  std::optional<Precision> chosen;  // --precision, else TRIDENT_PRECISION, else fp32
+  if (!s.precision.empty()) chosen = parse_precision(s.precision);
+  net.set_precision(resolve_precision(chosen));
   net.build(device, m.sample_shape, 0, /*training=*/false);
   load_weights(net, m.file, m.path, /*strict=*/true);
   PredictorOptions options;
@@ -297,7 +302,8 @@ int cmd_predict(const CliArgs& a, std::ostream& out, std::ostream& err) {
     }
   out.flush();
   err << "trident predict: " << row << " sample" << (row == 1 ? "" : "s") << ", model "
-      << recipe.name << " from " << m.path << " on " << device.info().id() << "\n";
+      << recipe.name << " from " << m.path << " on " << device.info().id() << " in "
+      << precision_name(predictor.network().precision()) << "\n";
   return 0;
 }
 

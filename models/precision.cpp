@@ -1,6 +1,7 @@
-// Precision names.
+// Precision names, and the run's precision from an option or TRIDENT_PRECISION.
 #include "trident/models/precision.h"
 
+#include "trident/core/env.h"
 #include "trident/core/error.h"
 
 namespace trident {
@@ -21,6 +22,17 @@ const char* precision_name(Precision p) {
     case Precision::fp16: return "fp16";
   }
   return "?";
+}
+
+Precision resolve_precision(const std::optional<Precision>& chosen) {
+  if (chosen) return *chosen;
+  const auto name = env_string("TRIDENT_PRECISION");
+  if (!name) return Precision::fp32;
+  try {
+    return parse_precision(*name);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("TRIDENT_PRECISION: ") + e.what());
+  }
 }
 
 }  // namespace trident

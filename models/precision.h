@@ -8,6 +8,7 @@
 //   fp16  as bf16 in IEEE half, with dynamic loss scaling (an overflowed step is skipped and the
 //         scale halved; it doubles after 2000 clean steps, as torch.cuda.amp.GradScaler).
 #pragma once
+#include <optional>
 #include <string>
 
 #include "trident/core/dtype.h"
@@ -20,6 +21,9 @@ enum class Precision : uint8_t { fp32, tf32, bf16, fp16 };
 // naming the choices otherwise.
 Precision parse_precision(const std::string& name);
 const char* precision_name(Precision p);
+// The run's precision: `chosen` where given, else TRIDENT_PRECISION (UsageError naming the
+// variable for a value parse_precision refuses), else fp32.
+Precision resolve_precision(const std::optional<Precision>& chosen);
 // The type activations and GEMM / convolution operands are kept in.
 inline DType compute_dtype(Precision p) {
   return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;

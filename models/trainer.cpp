@@ -80,15 +80,7 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     throw UsageError("label smoothing must be in [0, 1)");
   if (options_.augment.crop_padding < 0) throw UsageError("the crop padding must be >= 0");
   if (options_.eval_batch < 1) throw UsageError("the evaluation batch must be at least 1");
-  if (options_.precision) {
-    precision_ = *options_.precision;
-  } else if (const auto name = env_string("TRIDENT_PRECISION")) {
-    try {
-      precision_ = parse_precision(*name);
-    } catch (const UsageError& e) {
-      throw UsageError(std::string("TRIDENT_PRECISION: ") + e.what());
-    }
-  }
+  precision_ = resolve_precision(options_.precision);
   if (!(options_.initial_loss_scale > 0.0f) || !std::isfinite(options_.initial_loss_scale))
     throw UsageError("the initial loss scale must be positive and finite");
   if (options_.process_count < 1 || options_.process_rank < 0 ||

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "trident/core/dataset.h"
@@ -258,10 +259,58 @@ TEST_CASE("trident predict: images and .npy batches, as text and JSON, answered 
   const std::string first = pgm + ": c" + std::to_string(argmax(&expected[0], 10)) + " ";
   CHECK(t.out.rfind(first, 0) == 0);
   CHECK_THAT(t.out, Catch::Contains(bytes_npy + "[2]: c" + std::to_string(argmax(&expected[40], 10)) + " "));
+  // --precision bf16: the network in bfloat16, the outputs still float32, near the float32 ones.
+  const std::string outputs16 = dir.file("out16.npy");
+  const auto h = cli({"predict", "--checkpoint", weights, "--precision", "bf16", "--outputs",
+                      outputs16, pgm, bytes_npy});
+  INFO(h.err);
+  REQUIRE(h.status == 0);
+  CHECK_THAT(h.err, Catch::Contains(" in bf16"));
+  const NpyArray out16 = load_npy(outputs16);
+  REQUIRE(out16.shape == std::vector<int64_t>{4, 10});
+  const int rows16[] = {0, 2, 3, 4};
+  for (size_t i = 0; i < 4; ++i)
+    for (int c = 0; c < 10; ++c) {
+      float got;
+      std::memcpy(&got, out16.bytes.data() + 4 * (i * 10 + c), 4);
+      const float want = expected[size_t(rows16[i] * 10 + c)];
+      CHECK(got == Approx(want).margin(0.05 * (1.0 + std::fabs(want))));
+    }
+  CHECK(cli({"predict", "--checkpoint", weights, "--precision", "fp8", pgm}).status == 2);
   const std::string nine = write(dir, "nine.txt", text("a\nb\nc\nd\ne\nf\ng\nh\ni\n"));
   const auto n = cli({"predict", "--checkpoint", weights, "--labels", nine, pgm});
   CHECK(n.status == 2);
   CHECK_THAT(n.err, Catch::Contains("has 9 class names") && Catch::Contains("10 classes"));
+}
+
+TEST_CASE("cli: an option a command does not read is an error naming both, and nothing runs",
+          "[predict][cli]") {
+  ScratchDir dir("foreign-options");
+  Network net = make_seed_cnn();
+  net.build(cpu(), {1, 28, 28}, 5, false);
+  const std::string weights = dir.file("cnn.safetensors");
+  save_weights(net, weights);
+  const std::string pgm = write(dir, "x.pgm", pgm_p5(28, 28, random_pixels(784, 1)));
+  const std::string exported = dir.file("exported.safetensors");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"predict", "--checkpoint", weights, "--epochs", "3", pgm}, "predict does not take --epochs"},
+      {{"predict", "--checkpoint", weights, "--augment", pgm}, "predict does not take --augment"},
+      {{"eval", "--checkpoint", weights, "--batch", "64"}, "eval does not take --batch"},
+      {{"eval", "--checkpoint", weights, "--top", "3"}, "eval does not take --top"},
+      {{"train", "--epochs", "1", "--outputs", dir.file("o.npy")}, "train does not take --outputs"},
+      {{"export-weights", "--checkpoint", weights, "--output", exported, "--precision", "bf16"},
+       "export-weights does not take --precision"},
+      {{"devices", "--model", "cnn"}, "devices does not take --model"},
+  };
+  for (const auto& [args, message] : cases) {
+    INFO(args[0] << " " << args[1]);
+    const auto r = cli(args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.err, Catch::Contains(message));
+    CHECK(r.out.empty());
+  }
+  CHECK_FALSE(std::filesystem::exists(exported));
+  CHECK_FALSE(std::filesystem::exists(dir.file("o.npy")));
 }
 
 TEST_CASE("trident predict: inputs and files it cannot use are errors naming them, and nothing is "
@@ -339,13 +388,14 @@ TEST_CASE("trident export-weights, eval of a weights file, and predict agreeing 
     trident::testing::write_mnist_directory(data, 600, 300);
   }
   const std::string checkpoint = dir.file("run.safetensors");
-  const std::vector<std::string> limits = {"--data", data, "--train-limit", "400", "--test-limit", "300"};
+  const std::vector<std::string> limits = {"--data", data, "--test-limit", "300"};
   auto with = [&](std::vector<std::string> args) {
     args.insert(args.end(), limits.begin(), limits.end());
     return args;
   };
   const auto trained = cli(with({"train", "--model", "resnet", "--epochs", "1", "--batch", "100",
-                                 "--checkpoint", checkpoint, "--devices", "cpu:0"}));
+                                 "--train-limit", "400", "--checkpoint", checkpoint, "--devices",
+                                 "cpu:0"}));
   INFO(trained.err);
   REQUIRE(trained.status == 0);
   const double accuracy = eval_accuracy(with({"eval", "--checkpoint", checkpoint, "--json"}));
@@ -364,7 +414,9 @@ TEST_CASE("trident export-weights, eval of a weights file, and predict agreeing 
   bare.metadata.clear();
   const std::string torch_style = dir.file("bare.safetensors");
   save_safetensors(torch_style, bare);
-  CHECK(cli(with({"eval", "--checkpoint", torch_style})).status == 2);
+  const auto unnamed = cli(with({"eval", "--checkpoint", torch_style}));
+  CHECK(unnamed.status == 2);
+  CHECK_THAT(unnamed.err, Catch::Contains("--model"));
   CHECK(eval_accuracy(with({"eval", "--checkpoint", torch_style, "--model", "resnet", "--json"})) ==
         accuracy);
   const std::string half = dir.file("half.safetensors");

@@ -1,5 +1,6 @@
-// libFuzzer target: the CLI's option parser and the train/eval settings checks. The input is the
-// argument list, arguments separated by NUL bytes. Accepted settings must be in range.
+// libFuzzer target: the CLI's option parser, the per-command option check and the train/eval
+// settings checks. The input is the argument list, arguments separated by NUL bytes. Accepted
+// settings must be in range.
 #include <cmath>
 
 #include "trident/core/error.h"
@@ -17,6 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const CliArgs a = parse_cli(args);
     FUZZ_CHECK(a.command == args[0]);
+    try {  // an option foreign to the command: a UsageError (train_settings is fuzzed anyway)
+      reject_foreign_options(a);
+    } catch (const UsageError&) {
+    }
     const CliTrainSettings s = train_settings(a);
     FUZZ_CHECK(std::isfinite(s.lr) && s.lr >= 0.0f);
     FUZZ_CHECK(std::isfinite(s.momentum) && s.momentum >= 0.0f);
