@@ -95,6 +95,15 @@ Bytes random_pixels(size_t n, uint32_t seed) {
 
 int64_t argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
 
+// The seed CNN's weights (built from seed 5) in dir/cnn.safetensors; the path.
+std::string seed_cnn_weights(const ScratchDir& dir) {
+  Network net = make_seed_cnn();
+  net.build(cpu(), {1, 28, 28}, 5, false);
+  const std::string weights = dir.file("cnn.safetensors");
+  save_weights(net, weights);
+  return weights;
+}
+
 // The "test_accuracy" of `trident eval --json`.
 double eval_accuracy(const std::vector<std::string>& args) {
   const auto r = cli(args);
@@ -286,10 +295,7 @@ TEST_CASE("trident predict: images and .npy batches, as text and JSON, answered 
 TEST_CASE("cli: an option a command does not read is an error naming both, and nothing runs",
           "[predict][cli]") {
   ScratchDir dir("foreign-options");
-  Network net = make_seed_cnn();
-  net.build(cpu(), {1, 28, 28}, 5, false);
-  const std::string weights = dir.file("cnn.safetensors");
-  save_weights(net, weights);
+  const std::string weights = seed_cnn_weights(dir);
   const std::string pgm = write(dir, "x.pgm", pgm_p5(28, 28, random_pixels(784, 1)));
   const std::string exported = dir.file("exported.safetensors");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -316,10 +322,7 @@ TEST_CASE("cli: an option a command does not read is an error naming both, and n
 TEST_CASE("trident predict: inputs and files it cannot use are errors naming them, and nothing is "
           "printed", "[predict][cli]") {
   ScratchDir dir("predict-errors");
-  Network net = make_seed_cnn();
-  net.build(cpu(), {1, 28, 28}, 5, false);
-  const std::string weights = dir.file("cnn.safetensors");
-  save_weights(net, weights);
+  const std::string weights = seed_cnn_weights(dir);
   const std::string good = write(dir, "good.pgm", pgm_p5(28, 28, random_pixels(784, 1)));
   const std::string big = write(dir, "big.pgm", pgm_p5(32, 30, random_pixels(960, 2)));
   auto run = [&](std::vector<std::string> args) {
