@@ -49,6 +49,16 @@ std::vector<Conv2dShape> conv_shapes() {
       // 7x7 planes: the CPU multiplies 6 samples' patch matrices at once, so 13 samples make
       // full groups and a ragged one in each thread's piece
       conv(13, 4, 7, 7, 6, 3, 3, 1, 1, 1, 1),
+      // Stride 1, at most as many output channels as input ones: CUDA takes the data gradient
+      // as a convolution of dy with the flipped kernel (padding KH-1-PH), with "same" padding,
+      // with none on one axis and a rectangular kernel, at 17x17 x 32 channels (a ResNet
+      // layer's product, K = 288, in a small batch), and in the folded layout (its weight
+      // gradient batched, then as one product)
+      conv(3, 6, 9, 11, 4, 3, 3, 1, 1, 1, 1),
+      conv(2, 5, 8, 10, 3, 2, 3, 1, 1, 0, 1),
+      conv(2, 32, 17, 17, 32, 3, 3, 1, 1, 1, 1),
+      conv(3, 16, 8, 9, 16, 3, 3, 1, 1, 1, 1),
+      conv(4, 16, 6, 7, 16, 3, 3, 1, 1, 1, 1),
   };
 }
 
