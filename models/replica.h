@@ -1,9 +1,18 @@
 // What one device holds of a training run, and the data set as it lives on one memory space
 // (private to models/trainer*.cpp and models/checkpoint.cpp).
 #pragma once
+#include <chrono>
+
 #include "trident/models/trainer.h"
 
 namespace trident {
+
+// A steady clock in seconds, for the trainer's timings (epochs, and the speed probes that split
+// a batch among devices).
+inline double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
 
 // The data set on one memory space (a GPU, or the host for every CPU device): samples in their
 // stored dtype (uint8 images stay one byte a pixel), labels, and the normalisation arrays.
