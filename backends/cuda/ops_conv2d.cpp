@@ -15,7 +15,8 @@
 //             sums over n (fixed order); then, if dx is wanted, dcol_n[CKK, P] = W^T dy_n over
 //             col (the columns are gone) and dx = col2im(dcol).
 //   Data gradient as a convolution (dx_as_conv: stride 1 with padding below the kernel's size,
-//             the ResNet's 3x3 layers, where dy's columns fit col's area and dx the folded t):
+//             the ResNet's 3x3 layers, where dy's columns fit col's area and dx the folded t,
+//             and dy's zero border does not add more than a quarter to the multiply-adds):
 //             dx is a convolution of dy with the flipped kernel instead, a product shaped as
 //             the forward's (C rows against OC*KH*KW: cuBLAS's float32 kernels run it far
 //             faster than W^T dy with its K = OC), and col2im goes:
@@ -104,11 +105,13 @@ struct ConvPlan {
     col_bytes = round_bytes(chunk * rows * p * element);
     dw_part_bytes = folded_dw ? 0 : round_bytes(chunk * dw_bytes);
     t_bytes = folded ? round_bytes(chunk * oc * p * element) : 0;
-    // Stride 1 and dy's padding KH-1-PH >= 0; dy's columns fit col's area, and the folded
+    // Stride 1 and dy's padding KH-1-PH >= 0; at most a quarter more multiply-adds than W^T dy
+    // (C*OC*KH*KW*H*W against CKK*OC*P: a convolution without padding reads dy's padding of
+    // KH-1, e.g. 2.25x for 5x5 over 12x12); dy's columns fit col's area, and the folded
     // product's output t's.
     const int64_t taps = s.kernel_h * s.kernel_w, plane = s.height * s.width;
     dx_as_conv = !pointwise && s.stride_h == 1 && s.stride_w == 1 && s.pad_h < s.kernel_h &&
-                 s.pad_w < s.kernel_w &&
+                 s.pad_w < s.kernel_w && 4 * plane <= 5 * p &&
                  chunk * oc * taps * plane * element <= int64_t(col_bytes) &&
                  (!folded || chunk * s.in_channels * plane * element <= int64_t(t_bytes));
     flip_bytes = dx_as_conv ? round_bytes(s.in_channels * oc * taps * element) : 0;
