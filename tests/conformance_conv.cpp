@@ -59,6 +59,11 @@ std::vector<Conv2dShape> conv_shapes() {
       conv(2, 32, 17, 17, 32, 3, 3, 1, 1, 1, 1),
       conv(3, 16, 8, 9, 16, 3, 3, 1, 1, 1, 1),
       conv(4, 16, 6, 7, 16, 3, 3, 1, 1, 1, 1),
+      // 3x3 at stride 1 with 16 channels or more over 100 positions or more: the CPU's
+      // Winograd F(2x2, 3x3), forward and data gradient; an odd width (a half tile at the
+      // edge), and padding 0 and 2 on the two axes (the data gradient's padding 2 and 0)
+      conv(2, 16, 12, 11, 20, 3, 3, 1, 1, 1, 1),
+      conv(2, 20, 13, 12, 16, 3, 3, 1, 1, 0, 2),
   };
 }
 

@@ -11,6 +11,9 @@
 //           db[OC] = sum over n and P of dy, in double
 // One template serves float32 (sgemm) and bfloat16 (gemm_bf16: bfloat16 patch matrices, float
 // products and sums; dcol, dw and db in float, and dx summed in float and rounded once).
+// Float32 3x3 stride-1 layers with 16 channels or more over 100 positions or more run their
+// forward and data gradient by Winograd's F(2x2, 3x3) instead (winograd.h; the data gradient
+// after the weight gradient, in the same workspace).
 #include "trident/kernels/cpu/conv2d.h"
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include "trident/kernels/cpu/gemm_bf16.h"
 #include "trident/kernels/cpu/im2col.h"
 #include "trident/kernels/cpu/parallel.h"
+#include "trident/kernels/cpu/winograd.h"
 
 namespace trident::cpu {
 namespace {
@@ -138,6 +142,9 @@ void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* 
 template <class T>
 void forward(const Conv2dShape& s, const T* x, const T* w, const float* b, T* y,
              void* workspace, int slots) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (winograd_fits(s)) return winograd_forward(s, x, w, b, y, workspace, slots);
+  }
   const SlotLayout L(s);
   const int64_t in_size = s.in_channels * s.height * s.width, out_size = s.out_channels * L.p;
   const GemmEpilogue bias{b, b ? BiasKind::per_row : BiasKind::none, false};
@@ -163,6 +170,12 @@ void forward(const Conv2dShape& s, const T* x, const T* w, const float* b, T* y,
 template <class T>
 void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, float* dw,
               float* db, void* workspace, int slots) {
+  // The data gradient by Winograd's F(2x2, 3x3) where it fits, after the weight gradient
+  // (they share the workspace).
+  T* dx_columns = dx;
+  if constexpr (std::is_same_v<T, float>) {
+    if (dx && winograd_input_gradient_fits(s)) dx_columns = nullptr;
+  }
   const SlotLayout L(s);
   const int64_t in_size = s.in_channels * s.height * s.width, out_size = s.out_channels * L.p;
   const int T_pieces = pieces(s, slots);
@@ -198,8 +211,8 @@ void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, 
       }
       product(false, true, L.oc, L.ckk, columns, dY, columns, patches, columns,
               n == n0 ? 0.f : 1.f, dw_part, L.ckk);
-      if (!dx) continue;
-      T* dx_n = dx + n * in_size;
+      if (!dx_columns) continue;
+      T* dx_n = dx_columns + n * in_size;
       if (pointwise(s)) {
         product(true, false, L.ckk, L.p, L.oc, w, L.ckk, dy_n, L.p, 0.f, dx_n, L.p);
         continue;
@@ -227,12 +240,16 @@ void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, 
     for (int t = 0; t < T_pieces; ++t) total += L.db(workspace, t)[o];
     db[o] = float(total);
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (dx && !dx_columns) winograd_input_gradient(s, w, dy, dx, workspace, slots);
+  }
 }
 
 }  // namespace
 
 size_t conv2d_workspace_bytes(const Conv2dShape& s, int slots) {
-  return size_t(std::max(slots, 1)) * SlotLayout(s).slot_bytes();
+  return std::max(size_t(std::max(slots, 1)) * SlotLayout(s).slot_bytes(),
+                  winograd_workspace_bytes(s, slots));
 }
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,

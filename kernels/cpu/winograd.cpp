@@ -1,0 +1,279 @@
+// Winograd F(2x2, 3x3) on the CPU (see winograd.h): the transforms run row by row (the row
+// transform over whole padded input rows, the column transform per tile), so that their loops
+// are plain array arithmetic the compiler vectorises; the 16 products per group go to sgemm.
+#include "trident/kernels/cpu/winograd.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "trident/kernels/cpu/gemm.h"
+#include "trident/kernels/cpu/parallel.h"
+
+namespace trident::cpu {
+namespace {
+
+constexpr int64_t kMinChannels = 16;
+// Output positions a sample at least: at 7x7, 16 tiles hold 64 outputs for 49, and the direct
+// product's K (C * 9 = 1152 in the ResNet) keeps its GEMM efficient. ResNet CPU step on the
+// 2-core VM against im2col + GEMM (457-461 ms): 416-420 with the 28x28 and 14x14 layers here,
+// 429-435 with the 28x28 ones alone, 431-446 with the 7x7 ones too.
+constexpr int64_t kMinPositions = 100;
+constexpr int64_t kGroupColumns = 192;  // tiles a group of samples gathers for its products
+
+size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// The convolution that computes s's data gradient: dy as its input, dx as its output.
+Conv2dShape input_gradient_shape(const Conv2dShape& s) {
+  Conv2dShape g = s;
+  g.in_channels = s.out_channels, g.out_channels = s.in_channels;
+  g.height = s.out_height(), g.width = s.out_width();
+  g.pad_h = s.kernel_h - 1 - s.pad_h, g.pad_w = s.kernel_w - 1 - s.pad_w;
+  return g;
+}
+
+// Sizes of one convolution c as the tiles see it, and its workspace: U, then per slot V, M and
+// scratch (an input plane with its padding, its even and odd columns, and a tile row's row
+// transform; the output transform's 10 TW floats fit in the same space).
+struct Plan {
+  int64_t C, OC, H, W, OH, OW, ph, pw;
+  int64_t TH, TW, tiles;  // tiles of a sample: TH x TW blocks of 2x2 outputs
+  int64_t group, columns;  // samples a group, and its tile columns (group * tiles)
+  int64_t row;             // padded input row: 2 TW + 2 floats, input column u - pw at u
+  size_t u_bytes, v_bytes, m_bytes, scratch_bytes;
+
+  explicit Plan(const Conv2dShape& c)
+      : C(c.in_channels), OC(c.out_channels), H(c.height), W(c.width), OH(c.out_height()),
+        OW(c.out_width()), ph(c.pad_h), pw(c.pad_w), TH((OH + 1) / 2), TW((OW + 1) / 2),
+        tiles(TH * TW),
+        group(std::clamp<int64_t>((kGroupColumns + tiles - 1) / std::max<int64_t>(tiles, 1), 1,
+                                  std::max<int64_t>(c.batch, 1))),
+        columns(group * tiles),
+        row(2 * TW + 2),
+        u_bytes(round64(size_t(16 * OC * C) * sizeof(float))),
+        v_bytes(round64(size_t(16 * C * columns) * sizeof(float))),
+        m_bytes(round64(size_t(16 * OC * columns) * sizeof(float))),
+        scratch_bytes(round64(size_t(2 * (2 * TH + 2) * row + 8 * (TW + 1)) * sizeof(float))) {}
+  size_t slot_bytes() const { return v_bytes + m_bytes + scratch_bytes; }
+  size_t bytes(int slots) const { return u_bytes + size_t(std::max(slots, 1)) * slot_bytes(); }
+  float* u(void* ws) const { return static_cast<float*>(ws); }
+  char* slot(void* ws, int t) const {
+    return static_cast<char*>(ws) + u_bytes + size_t(t) * slot_bytes();
+  }
+  float* v(void* ws, int t) const { return reinterpret_cast<float*>(slot(ws, t)); }
+  float* m(void* ws, int t) const { return reinterpret_cast<float*>(slot(ws, t) + v_bytes); }
+  float* scratch(void* ws, int t) const {
+    return reinterpret_cast<float*>(slot(ws, t) + v_bytes + m_bytes);
+  }
+};
+
+bool tiles_fit(const Conv2dShape& c) {
+  return c.dtype == DType::f32 && c.kernel_h == 3 && c.kernel_w == 3 && c.stride_h == 1 &&
+         c.stride_w == 1 && c.pad_h >= 0 && c.pad_h <= 2 && c.pad_w >= 0 && c.pad_w <= 2 &&
+         c.in_channels >= kMinChannels && c.out_channels >= kMinChannels &&
+         c.out_height() * c.out_width() >= kMinPositions;
+}
+
+// U[xi][o][i] = (G g G^T)[xi] for the kernel g of output channel o and input channel i;
+// kernel(o, i) returns its 9 values (row-major), or reads them flipped.
+template <class Kernel>
+void transform_weights(int64_t OC, int64_t C, const Kernel& kernel, float* U) {
+  for (int64_t o = 0; o < OC; ++o)
+    for (int64_t i = 0; i < C; ++i) {
+      float g[9];
+      kernel(o, i, g);
+      float q[4][3];  // G g
+      for (int b = 0; b < 3; ++b) {
+        q[0][b] = g[b];
+        q[1][b] = 0.5f * (g[b] + g[3 + b] + g[6 + b]);
+        q[2][b] = 0.5f * (g[b] - g[3 + b] + g[6 + b]);
+        q[3][b] = g[6 + b];
+      }
+      for (int a = 0; a < 4; ++a) {  // (G g) G^T
+        const float u[4] = {q[a][0], 0.5f * (q[a][0] + q[a][1] + q[a][2]),
+                            0.5f * (q[a][0] - q[a][1] + q[a][2]), q[a][2]};
+        for (int b = 0; b < 4; ++b) U[((a * 4 + b) * OC + o) * C + i] = u[b];
+      }
+    }
+}
+
+// B^T's rows over n elements: t0 = p0 - p2, t1 = p1 + p2, t2 = p2 - p1, t3 = p1 - p3. Separate
+// restrict pointers, so that the loop vectorises.
+inline void input_rows(const float* __restrict p0, const float* __restrict p1,
+                       const float* __restrict p2, const float* __restrict p3,
+                       float* __restrict t0, float* __restrict t1, float* __restrict t2,
+                       float* __restrict t3, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    t0[j] = p0[j] - p2[j];
+    t1[j] = p1[j] + p2[j];
+    t2[j] = p2[j] - p1[j];
+    t3[j] = p1[j] - p3[j];
+  }
+}
+
+// A^T's rows over n elements: a = p0 + p1 + p2, b = p1 - p2 - p3.
+inline void output_rows(const float* __restrict p0, const float* __restrict p1,
+                        const float* __restrict p2, const float* __restrict p3,
+                        float* __restrict a, float* __restrict b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    a[j] = p0[j] + p1[j] + p2[j];
+    b[j] = p1[j] - p2[j] - p3[j];
+  }
+}
+
+// even[j] = row[2j], odd[j] = row[2j + 1] for j < n.
+inline void deinterleave(const float* __restrict row, float* __restrict even,
+                         float* __restrict odd, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    even[j] = row[2 * j];
+    odd[j] = row[2 * j + 1];
+  }
+}
+
+// out[2j] = left[j] + bias, out[2j + 1] = right[j] + bias for j < n.
+inline void interleave(const float* __restrict left, const float* __restrict right, float bias,
+                       float* __restrict out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    out[2 * j] = left[j] + bias;
+    out[2 * j + 1] = right[j] + bias;
+  }
+}
+
+// V's columns [first, first + tiles) for input channel ch of one sample: B^T d B of each tile.
+// The channel's plane is copied with its zero padding (2 TH + 2 rows of 2 TW + 2), then split
+// into its even and odd columns (TW + 1 each), so that tile tj's columns 2tj .. 2tj + 3 are
+// even[tj], odd[tj], even[tj + 1], odd[tj + 1]: per tile row, the row transform runs over each
+// half, and the column transform is input_rows over shifted halves. (Splitting each row right
+// after copying it stalled the loads on the copy's stores: a quarter of the transform's time.)
+void transform_input_plane(const Plan& P, const float* plane, int64_t ch, int64_t first,
+                           float* scratch, float* V) {
+  const int64_t half = P.TW + 1, rows = 2 * P.TH + 2;
+  float* padded = scratch;
+  std::fill(padded, padded + rows * P.row, 0.f);
+  const int64_t width = std::min(P.W, P.row - P.pw);  // input columns the padded rows hold
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t ih = r - P.ph;
+    if (ih >= 0 && ih < P.H && width > 0)
+      std::memcpy(padded + r * P.row + P.pw, plane + ih * P.W, size_t(width) * sizeof(float));
+  }
+  float* even = padded + rows * P.row;  // [rows][half]: row = 2 half, so one pass splits all
+  float* odd = even + rows * half;
+  deinterleave(padded, even, odd, rows * half);
+  float* t_even = odd + rows * half;  // B^T d of one tile row: 4 rows of each half
+  float* t_odd = t_even + 4 * half;
+  for (int64_t ti = 0; ti < P.TH; ++ti) {
+    const float* e = even + 2 * ti * half;
+    const float* o = odd + 2 * ti * half;
+    input_rows(e, e + half, e + 2 * half, e + 3 * half, t_even, t_even + half, t_even + 2 * half,
+               t_even + 3 * half, half);
+    input_rows(o, o + half, o + 2 * half, o + 3 * half, t_odd, t_odd + half, t_odd + 2 * half,
+               t_odd + 3 * half, half);
+    for (int k = 0; k < 4; ++k) {  // (B^T d) B: columns even[tj], odd[tj], even[tj+1], odd[tj+1]
+      const float* te = t_even + k * half;
+      const float* to = t_odd + k * half;
+      auto v = [&](int l) { return V + ((k * 4 + l) * P.C + ch) * P.columns + first + ti * P.TW; };
+      input_rows(te, to, te + 1, to + 1, v(0), v(1), v(2), v(3), P.TW);
+    }
+  }
+}
+
+// The 2x2 outputs of tile row ti of output channel o, A^T m A + bias, from M's columns
+// [first, first + TW), cut at the image's edge. scratch: 10 TW floats.
+void transform_output_row(const Plan& P, const float* M, int64_t o, int64_t ti, int64_t first,
+                          float bias, float* scratch, float* out_plane) {
+  const int64_t n = P.TW;
+  auto m = [&](int xi) { return M + (xi * P.OC + o) * P.columns + first; };
+  float* s0[4];  // A^T m: rows 0 + 1 + 2 and 1 - 2 - 3, each of 4 columns
+  float* s1[4];
+  for (int l = 0; l < 4; ++l) {
+    s0[l] = scratch + l * n;
+    s1[l] = scratch + (4 + l) * n;
+    output_rows(m(l), m(4 + l), m(8 + l), m(12 + l), s0[l], s1[l], n);
+  }
+  float* left = scratch + 8 * n;  // (A^T m) A: an output row's even and odd columns
+  float* right = scratch + 9 * n;
+  const int64_t full = P.OW / 2;  // tiles whose two columns are both inside
+  for (int r = 0; r < 2 && 2 * ti + r < P.OH; ++r) {
+    float* const* s = r == 0 ? s0 : s1;
+    output_rows(s[0], s[1], s[2], s[3], left, right, n);
+    float* out = out_plane + (2 * ti + r) * P.OW;
+    interleave(left, right, bias, out, full);
+    if (full < n) out[2 * full] = left[full] + bias;
+  }
+}
+
+// The convolution c over x (N samples), with U already transformed: per group, V, the 16
+// products, and the outputs.
+void run_tiles(const Conv2dShape& c, const float* x, const float* b, float* y, void* workspace,
+               int slots) {
+  const Plan P(c);
+  const int64_t in_size = P.C * P.H * P.W, out_size = P.OC * P.OH * P.OW;
+  const int parts = int(std::max<int64_t>(1, std::min<int64_t>(slots, c.batch)));
+  const float* U = P.u(workspace);
+  parallel_pieces(parts, c.batch, [&](int t, int64_t n0, int64_t n1) {
+    float* V = P.v(workspace, t);
+    float* M = P.m(workspace, t);
+    float* scratch = P.scratch(workspace, t);
+    for (int64_t n = n0; n < n1; n += P.group) {
+      const int64_t count = std::min(P.group, n1 - n), used = count * P.tiles;
+      for (int64_t i = 0; i < count; ++i)
+        for (int64_t ch = 0; ch < P.C; ++ch)
+          transform_input_plane(P, x + (n + i) * in_size + ch * P.H * P.W, ch, i * P.tiles,
+                                scratch, V);
+      for (int xi = 0; xi < 16; ++xi)
+        sgemm(false, false, P.OC, used, P.C, 1.f, U + xi * P.OC * P.C, P.C,
+              V + xi * P.C * P.columns, P.columns, 0.f, M + xi * P.OC * P.columns, P.columns);
+      for (int64_t i = 0; i < count; ++i)
+        for (int64_t o = 0; o < P.OC; ++o)
+          for (int64_t ti = 0; ti < P.TH; ++ti)
+            transform_output_row(P, M, o, ti, i * P.tiles + ti * P.TW, b ? b[o] : 0.f,
+                                 scratch, y + (n + i) * out_size + o * P.OH * P.OW);
+    }
+  });
+}
+
+}  // namespace
+
+bool winograd_fits(const Conv2dShape& s) { return tiles_fit(s); }
+
+bool winograd_input_gradient_fits(const Conv2dShape& s) {
+  return tiles_fit(s) && tiles_fit(input_gradient_shape(s)) &&
+         4 * s.height * s.width <= 5 * s.out_height() * s.out_width();
+}
+
+size_t winograd_workspace_bytes(const Conv2dShape& s, int slots) {
+  size_t bytes = 0;
+  if (winograd_fits(s)) bytes = Plan(s).bytes(slots);
+  if (winograd_input_gradient_fits(s))
+    bytes = std::max(bytes, Plan(input_gradient_shape(s)).bytes(slots));
+  return bytes;
+}
+
+void winograd_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                      float* y, void* workspace, int slots) {
+  if (s.batch == 0) return;
+  const int64_t C = s.in_channels;
+  transform_weights(s.out_channels, C,
+                    [&](int64_t o, int64_t i, float* g) {
+                      std::memcpy(g, w + (o * C + i) * 9, 9 * sizeof(float));
+                    },
+                    Plan(s).u(workspace));
+  run_tiles(s, x, b, y, workspace, slots);
+}
+
+void winograd_input_gradient(const Conv2dShape& s, const float* w, const float* dy, float* dx,
+                             void* workspace, int slots) {
+  if (s.batch == 0) return;
+  const Conv2dShape g = input_gradient_shape(s);
+  const int64_t C = s.in_channels;
+  // The gradient's output channel o is s's input channel, its input channel i s's output
+  // channel; its kernel is w[i, o] turned by 180 degrees.
+  transform_weights(g.out_channels, g.in_channels,
+                    [&](int64_t o, int64_t i, float* k) {
+                      const float* src = w + (i * C + o) * 9;
+                      for (int e = 0; e < 9; ++e) k[e] = src[8 - e];
+                    },
+                    Plan(g).u(workspace));
+  run_tiles(g, dy, nullptr, dx, workspace, slots);
+}
+
+}  // namespace trident::cpu
