@@ -12,8 +12,8 @@
 // One template serves float32 (sgemm) and bfloat16 (gemm_bf16: bfloat16 patch matrices, float
 // products and sums; dcol, dw and db in float, and dx summed in float and rounded once).
 // Float32 3x3 stride-1 layers with 16 channels or more over 100 positions or more run their
-// forward and data gradient by Winograd's F(2x2, 3x3) instead (winograd.h; the data gradient
-// after the weight gradient, in the same workspace).
+// forward, weight gradient and data gradient by Winograd's minimal filtering instead
+// (winograd.h; the data gradient after the weight gradient, in the same workspace).
 #include "trident/kernels/cpu/conv2d.h"
 
 #include <algorithm>
@@ -170,11 +170,18 @@ void forward(const Conv2dShape& s, const T* x, const T* w, const float* b, T* y,
 template <class T>
 void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, float* dw,
               float* db, void* workspace, int slots) {
-  // The data gradient by Winograd's F(2x2, 3x3) where it fits, after the weight gradient
-  // (they share the workspace).
+  // Winograd where it fits: the weight gradient (and then the data gradient, in the same
+  // workspace) without patch matrices; or the data gradient alone after im2col's weight
+  // gradient.
   T* dx_columns = dx;
   if constexpr (std::is_same_v<T, float>) {
-    if (dx && winograd_input_gradient_fits(s)) dx_columns = nullptr;
+    const bool dx_fits = winograd_input_gradient_fits(s);
+    if (winograd_fits(s) && (!dx || dx_fits)) {
+      winograd_weight_gradient(s, x, dy, dw, db, workspace, slots);
+      if (dx) winograd_input_gradient(s, w, dy, dx, workspace, slots);
+      return;
+    }
+    if (dx && dx_fits) dx_columns = nullptr;
   }
   const SlotLayout L(s);
   const int64_t in_size = s.in_channels * s.height * s.width, out_size = s.out_channels * L.p;

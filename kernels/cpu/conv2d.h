@@ -2,7 +2,7 @@
 // GEMM where the planes are small; samples split over the arena in `slots` contiguous pieces,
 // each with its own slice of the workspace.
 // float32 on sgemm (3x3 stride-1 layers of 16 channels or more over 100 positions or more:
-// forward and data gradient by Winograd's F(2x2, 3x3), kernels/cpu/winograd.h); bfloat16 (x, w, y, dy, dx as bit patterns; dw, db float32) on gemm_bf16,
+// forward and both gradients by Winograd's minimal filtering, kernels/cpu/winograd.h); bfloat16 (x, w, y, dy, dx as bit patterns; dw, db float32) on gemm_bf16,
 // only where cpu_has_avx512_bf16().
 #pragma once
 #include <cstddef>

@@ -31,15 +31,16 @@ Conv2dShape input_gradient_shape(const Conv2dShape& s) {
   return g;
 }
 
-// Sizes of one convolution c as the tiles see it, and its workspace: U, then per slot V, M and
+// Sizes of one convolution c as the tiles see it, and its workspace: U, then per slot V, M,
 // scratch (an input plane with its padding, its even and odd columns, and a tile row's row
-// transform; the output transform's 10 TW floats fit in the same space).
+// transform; the output transform's 10 TW floats and dy's transform fit in the same space), and
+// the weight gradient's partial sums.
 struct Plan {
   int64_t C, OC, H, W, OH, OW, ph, pw;
   int64_t TH, TW, tiles;  // tiles of a sample: TH x TW blocks of 2x2 outputs
   int64_t group, columns;  // samples a group, and its tile columns (group * tiles)
   int64_t row;             // padded input row: 2 TW + 2 floats, input column u - pw at u
-  size_t u_bytes, v_bytes, m_bytes, scratch_bytes;
+  size_t u_bytes, v_bytes, m_bytes, scratch_bytes, mw_bytes, db_bytes;
 
   explicit Plan(const Conv2dShape& c)
       : C(c.in_channels), OC(c.out_channels), H(c.height), W(c.width), OH(c.out_height()),
@@ -52,8 +53,10 @@ struct Plan {
         u_bytes(round64(size_t(16 * OC * C) * sizeof(float))),
         v_bytes(round64(size_t(16 * C * columns) * sizeof(float))),
         m_bytes(round64(size_t(16 * OC * columns) * sizeof(float))),
-        scratch_bytes(round64(size_t(2 * (2 * TH + 2) * row + 8 * (TW + 1)) * sizeof(float))) {}
-  size_t slot_bytes() const { return v_bytes + m_bytes + scratch_bytes; }
+        scratch_bytes(round64(size_t(2 * (2 * TH + 2) * row + 8 * (TW + 1)) * sizeof(float))),
+        mw_bytes(round64(size_t(16 * OC * C) * sizeof(float))),
+        db_bytes(round64(size_t(OC) * sizeof(double))) {}
+  size_t slot_bytes() const { return v_bytes + m_bytes + scratch_bytes + mw_bytes + db_bytes; }
   size_t bytes(int slots) const { return u_bytes + size_t(std::max(slots, 1)) * slot_bytes(); }
   float* u(void* ws) const { return static_cast<float*>(ws); }
   char* slot(void* ws, int t) const {
@@ -63,6 +66,13 @@ struct Plan {
   float* m(void* ws, int t) const { return reinterpret_cast<float*>(slot(ws, t) + v_bytes); }
   float* scratch(void* ws, int t) const {
     return reinterpret_cast<float*>(slot(ws, t) + v_bytes + m_bytes);
+  }
+  // The weight gradient's: a slot's sums of the 16 products, and of dy's channels.
+  float* mw(void* ws, int t) const {
+    return reinterpret_cast<float*>(slot(ws, t) + v_bytes + m_bytes + scratch_bytes);
+  }
+  double* db(void* ws, int t) const {
+    return reinterpret_cast<double*>(slot(ws, t) + v_bytes + m_bytes + scratch_bytes + mw_bytes);
   }
 };
 
@@ -138,6 +148,19 @@ inline void interleave(const float* __restrict left, const float* __restrict rig
   }
 }
 
+// A's rows (4x2, the weight gradient's transform of dy) over n elements: t0 = p0, t1 = p0 + p1,
+// t2 = p0 - p1, t3 = -p1.
+inline void gradient_rows(const float* __restrict p0, const float* __restrict p1,
+                          float* __restrict t0, float* __restrict t1, float* __restrict t2,
+                          float* __restrict t3, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    t0[j] = p0[j];
+    t1[j] = p0[j] + p1[j];
+    t2[j] = p0[j] - p1[j];
+    t3[j] = -p1[j];
+  }
+}
+
 // V's columns [first, first + tiles) for input channel ch of one sample: B^T d B of each tile.
 // The channel's plane is copied with its zero padding (2 TH + 2 rows of 2 TW + 2), then split
 // into its even and odd columns (TW + 1 each), so that tile tj's columns 2tj .. 2tj + 3 are
@@ -199,6 +222,55 @@ void transform_output_row(const Plan& P, const float* M, int64_t o, int64_t ti, 
     interleave(left, right, bias, out, full);
     if (full < n) out[2 * full] = left[full] + bias;
   }
+}
+
+// E's columns [first, first + tiles) for output channel o of one sample: A e A^T for each
+// tile's 2x2 block e of dy (zero past the image's edge), split into even and odd columns as the
+// input planes are.
+void transform_gradient_plane(const Plan& P, const float* dy_plane, int64_t o, int64_t first,
+                              float* scratch, float* E) {
+  const int64_t rows = 2 * P.TH, n = P.TW;
+  float* padded = scratch;  // [rows][2 TW]
+  std::fill(padded, padded + rows * 2 * n, 0.f);
+  for (int64_t r = 0; r < P.OH; ++r)
+    std::memcpy(padded + r * 2 * n, dy_plane + r * P.OW, size_t(P.OW) * sizeof(float));
+  float* left = padded + rows * 2 * n;  // [rows][TW]: each block's left and right column
+  float* right = left + rows * n;
+  deinterleave(padded, left, right, rows * n);
+  float* tl = right + rows * n;  // A e of one tile row: 4 rows of each column
+  float* tr = tl + 4 * n;
+  for (int64_t ti = 0; ti < P.TH; ++ti) {
+    const float* l = left + 2 * ti * n;
+    const float* r = right + 2 * ti * n;
+    gradient_rows(l, l + n, tl, tl + n, tl + 2 * n, tl + 3 * n, n);
+    gradient_rows(r, r + n, tr, tr + n, tr + 2 * n, tr + 3 * n, n);
+    for (int k = 0; k < 4; ++k) {  // (A e) A^T
+      auto e = [&](int l4) { return E + ((k * 4 + l4) * P.OC + o) * P.columns + first + ti * n; };
+      gradient_rows(tl + k * n, tr + k * n, e(0), e(1), e(2), e(3), n);
+    }
+  }
+}
+
+// dw[o, i] (3x3) = G^T m G for the 4x4 sums m = Mw[.][o][i] of the 16 products.
+void weights_from_transform(int64_t OC, int64_t C, const float* Mw, float* dw) {
+  for (int64_t o = 0; o < OC; ++o)
+    for (int64_t i = 0; i < C; ++i) {
+      float m[4][4];
+      for (int a = 0; a < 4; ++a)
+        for (int b = 0; b < 4; ++b) m[a][b] = Mw[((a * 4 + b) * OC + o) * C + i];
+      float q[3][4];  // G^T m
+      for (int b = 0; b < 4; ++b) {
+        q[0][b] = m[0][b] + 0.5f * (m[1][b] + m[2][b]);
+        q[1][b] = 0.5f * (m[1][b] - m[2][b]);
+        q[2][b] = 0.5f * (m[1][b] + m[2][b]) + m[3][b];
+      }
+      float* out = dw + (o * C + i) * 9;
+      for (int a = 0; a < 3; ++a) {  // (G^T m) G
+        out[a * 3 + 0] = q[a][0] + 0.5f * (q[a][1] + q[a][2]);
+        out[a * 3 + 1] = 0.5f * (q[a][1] - q[a][2]);
+        out[a * 3 + 2] = 0.5f * (q[a][1] + q[a][2]) + q[a][3];
+      }
+    }
 }
 
 // The convolution c over x (N samples), with U already transformed: per group, V, the 16
@@ -274,6 +346,56 @@ void winograd_input_gradient(const Conv2dShape& s, const float* w, const float* 
                     },
                     Plan(g).u(workspace));
   run_tiles(g, dy, nullptr, dx, workspace, slots);
+}
+
+void winograd_weight_gradient(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                              float* db, void* workspace, int slots) {
+  const Plan P(s);
+  if (s.batch == 0) {  // nothing to sum: the gradients are zero
+    std::fill(dw, dw + P.OC * P.C * 9, 0.f);
+    if (db) std::fill(db, db + P.OC, 0.f);
+    return;
+  }
+  const int64_t in_size = P.C * P.H * P.W, plane = P.OH * P.OW, out_size = P.OC * plane;
+  const int parts = int(std::max<int64_t>(1, std::min<int64_t>(slots, s.batch)));
+  parallel_pieces(parts, s.batch, [&](int t, int64_t n0, int64_t n1) {
+    float* V = P.v(workspace, t);
+    float* E = P.m(workspace, t);
+    float* scratch = P.scratch(workspace, t);
+    float* Mw = P.mw(workspace, t);
+    double* db_part = P.db(workspace, t);
+    std::fill(db_part, db_part + P.OC, 0.0);
+    for (int64_t n = n0; n < n1; n += P.group) {
+      const int64_t count = std::min(P.group, n1 - n), used = count * P.tiles;
+      for (int64_t i = 0; i < count; ++i) {
+        for (int64_t ch = 0; ch < P.C; ++ch)
+          transform_input_plane(P, x + (n + i) * in_size + ch * P.H * P.W, ch, i * P.tiles,
+                                scratch, V);
+        for (int64_t o = 0; o < P.OC; ++o) {
+          const float* dy_plane = dy + (n + i) * out_size + o * plane;
+          transform_gradient_plane(P, dy_plane, o, i * P.tiles, scratch, E);
+          if (db) db_part[o] += sum_values(dy_plane, plane);
+        }
+      }
+      for (int xi = 0; xi < 16; ++xi)  // Mw[xi] (+)= E[xi] V[xi]^T, K = the group's tiles
+        sgemm(false, true, P.OC, P.C, used, 1.f, E + xi * P.OC * P.columns, P.columns,
+              V + xi * P.C * P.columns, P.columns, n == n0 ? 0.f : 1.f, Mw + xi * P.OC * P.C,
+              P.C);
+    }
+  });
+  // The pieces' sums in a fixed order, then G^T m G.
+  float* total = P.mw(workspace, 0);
+  const int64_t words = 16 * P.OC * P.C;
+  for (int t = 1; t < parts; ++t) {
+    const float* part = P.mw(workspace, t);
+    for (int64_t k = 0; k < words; ++k) total[k] += part[k];
+  }
+  weights_from_transform(P.OC, P.C, total, dw);
+  for (int64_t o = 0; db && o < P.OC; ++o) {
+    double sum = 0.0;
+    for (int t = 0; t < parts; ++t) sum += P.db(workspace, t)[o];
+    db[o] = float(sum);
+  }
 }
 
 }  // namespace trident::cpu

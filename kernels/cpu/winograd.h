@@ -3,7 +3,7 @@
 // block of outputs from a 4x4 block of inputs with 16 multiplications instead of 36, so the
 // products of a layer shrink 2.25x; the transforms around them are additions. Used by
 // conv2d.cpp for the forward and the data gradient (a convolution of dy with the flipped
-// kernel) where it fits; the weight gradient stays im2col + GEMM.
+// kernel) where it fits, and for the weight gradient (F(3x3, 2x2), the same transforms of x).
 //
 // Per group of samples (T tiles: each sample's ceil(OH/2) x ceil(OW/2) output blocks):
 //   U[16][OC][C] = G g G^T for each kernel g (once a call)
@@ -33,6 +33,11 @@ size_t winograd_workspace_bytes(const Conv2dShape& s, int slots);
 // y = conv(x, w) + b (b may be null), as conv2d_forward; winograd_fits(s).
 void winograd_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
                       float* y, void* workspace, int slots);
+// dw[OC, C, 3, 3] and db[OC] (unless null) from x and dy, as conv2d_backward's (F(3x3, 2x2):
+// per tile, G^T [(A e A^T) . (B^T d B)] G for dy's 2x2 block e and x's 4x4 block d, the 16
+// products summed over the tiles as GEMMs with K = the tiles); winograd_fits(s).
+void winograd_weight_gradient(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                              float* db, void* workspace, int slots);
 // dx[N, C, H, W] = the data gradient of s from dy[N, OC, OH, OW]; winograd_input_gradient_fits.
 void winograd_input_gradient(const Conv2dShape& s, const float* w, const float* dy, float* dx,
                              void* workspace, int slots);
