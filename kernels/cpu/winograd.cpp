@@ -32,9 +32,9 @@ Conv2dShape input_gradient_shape(const Conv2dShape& s) {
 }
 
 // Sizes of one convolution c as the tiles see it, and its workspace: U, then per slot V, M,
-// scratch (an input plane with its padding, its even and odd columns, and a tile row's row
-// transform; the output transform's 10 TW floats and dy's transform fit in the same space), and
-// the weight gradient's partial sums.
+// scratch (the largest of: an input plane's even and odd columns with its padding and a tile
+// row's row transform; dy's plane, its columns split and a tile row's transform; the output
+// transform's 10 TW floats), and the weight gradient's partial sums.
 struct Plan {
   int64_t C, OC, H, W, OH, OW, ph, pw;
   int64_t TH, TW, tiles;  // tiles of a sample: TH x TW blocks of 2x2 outputs
@@ -161,26 +161,44 @@ inline void gradient_rows(const float* __restrict p0, const float* __restrict p1
   }
 }
 
+// A padded input row split into its even and odd columns (half each), straight from the
+// image's row src (null: a padding row): column u holds src[u - pw], zero outside [0, W).
+inline void split_row(const float* __restrict src, int64_t W, int64_t pw, int64_t half,
+                      float* __restrict even, float* __restrict odd) {
+  for (int parity = 0; parity < 2; ++parity) {
+    float* __restrict dst = parity ? odd : even;
+    if (!src) {
+      std::fill(dst, dst + half, 0.f);
+      continue;
+    }
+    // j with pw <= 2j + parity < pw + W (pw - parity >= -1: no negative division)
+    const int64_t lo = std::min(half, (pw - parity + 1) / 2);
+    const int64_t hi = std::clamp<int64_t>((pw + W - parity + 1) / 2, lo, half);
+    const float* __restrict from = src + parity - pw;
+    std::fill(dst, dst + lo, 0.f);
+    for (int64_t j = lo; j < hi; ++j) dst[j] = from[2 * j];
+    std::fill(dst + hi, dst + half, 0.f);
+  }
+}
+
 // V's columns [first, first + tiles) for input channel ch of one sample: B^T d B of each tile.
-// The channel's plane is copied with its zero padding (2 TH + 2 rows of 2 TW + 2), then split
-// into its even and odd columns (TW + 1 each), so that tile tj's columns 2tj .. 2tj + 3 are
-// even[tj], odd[tj], even[tj + 1], odd[tj + 1]: per tile row, the row transform runs over each
-// half, and the column transform is input_rows over shifted halves. (Splitting each row right
-// after copying it stalled the loads on the copy's stores: a quarter of the transform's time.)
+// The channel's plane with its zero padding (2 TH + 2 rows of 2 TW + 2) is split into its even
+// and odd columns (TW + 1 each), so that tile tj's columns 2tj .. 2tj + 3 are even[tj],
+// odd[tj], even[tj + 1], odd[tj + 1]: per tile row, the row transform runs over each half, and
+// the column transform is input_rows over shifted halves. (Copying each padded row before
+// splitting it right after stalled the loads on the copy's stores: a quarter of the
+// transform's time. Splitting straight from the image's rows, or copying the whole plane
+// first, both avoid that, equally fast.)
 void transform_input_plane(const Plan& P, const float* plane, int64_t ch, int64_t first,
                            float* scratch, float* V) {
   const int64_t half = P.TW + 1, rows = 2 * P.TH + 2;
-  float* padded = scratch;
-  std::fill(padded, padded + rows * P.row, 0.f);
-  const int64_t width = std::min(P.W, P.row - P.pw);  // input columns the padded rows hold
+  float* even = scratch;  // [rows][half]
+  float* odd = even + rows * half;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t ih = r - P.ph;
-    if (ih >= 0 && ih < P.H && width > 0)
-      std::memcpy(padded + r * P.row + P.pw, plane + ih * P.W, size_t(width) * sizeof(float));
+    const float* src = ih >= 0 && ih < P.H ? plane + ih * P.W : nullptr;
+    split_row(src, P.W, P.pw, half, even + r * half, odd + r * half);
   }
-  float* even = padded + rows * P.row;  // [rows][half]: row = 2 half, so one pass splits all
-  float* odd = even + rows * half;
-  deinterleave(padded, even, odd, rows * half);
   float* t_even = odd + rows * half;  // B^T d of one tile row: 4 rows of each half
   float* t_odd = t_even + 4 * half;
   for (int64_t ti = 0; ti < P.TH; ++ti) {
