@@ -73,6 +73,17 @@ struct Conv2dShape {
   int64_t weight_numel() const { return out_channels * patch_size(); }
 };
 
+// For a stride-1 convolution s: the convolution whose output is s's data gradient, dx =
+// conv(dy, w flipped in both axes and transposed to [C, OC, KH, KW]): dy [N, OC, OH, OW] is its
+// input, with padding KH-1-PH and KW-1-PW (valid where s's padding is below its kernel's size).
+inline Conv2dShape input_gradient_shape(const Conv2dShape& s) {
+  Conv2dShape g = s;
+  g.in_channels = s.out_channels, g.out_channels = s.in_channels;
+  g.height = s.out_height(), g.width = s.out_width();
+  g.pad_h = s.kernel_h - 1 - s.pad_h, g.pad_w = s.kernel_w - 1 - s.pad_w;
+  return g;
+}
+
 // NCHW pooling (max or average). Windows start at -pad and step by stride; windows running past
 // the padded edge are dropped (floor), as in PyTorch with ceil_mode=False. Max pooling treats
 // padding as -inf; average pooling counts padded zeros in the divisor (count_include_pad=True).

@@ -124,14 +124,6 @@ struct ConvPlan {
     return reinterpret_cast<T*>(reinterpret_cast<Byte*>(base) + n * size * element);
   }
   bool one_chunk(const Conv2dShape& s) const { return chunk >= s.batch; }
-  // dy's shape as the input of that convolution: dx is its output.
-  static Conv2dShape input_gradient_shape(const Conv2dShape& s) {
-    Conv2dShape g = s;
-    g.in_channels = s.out_channels, g.out_channels = s.in_channels;
-    g.height = s.out_height(), g.width = s.out_width();
-    g.pad_h = s.kernel_h - 1 - s.pad_h, g.pad_w = s.kernel_w - 1 - s.pad_w;
-    return g;
-  }
 };
 
 }  // namespace
@@ -248,6 +240,12 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
   void* t = device_ptr<char>(workspace) + plan.col_bytes + plan.dw_part_bytes;
   // Valid only after a forward that kept the columns: one chunk, not pointwise.
   const bool reuse = workspace_valid && plan.one_chunk(s) && !plan.pointwise;
+  void* flipped = device_ptr<char>(workspace) + plan.workspace_bytes() - plan.flip_bytes;
+  if (plan.dx_as_conv && dx.defined()) {  // the kernel of dx = conv(dy, wt), for every chunk
+    launch_conv_flip_weights(ctx, int(plan.element), device_ptr<const void>(w), plan.oc,
+                             s.in_channels, s.kernel_h * s.kernel_w, flipped);
+    check_launch("conv_flip_weights");
+  }
   for (int64_t n0 = 0; n0 < s.batch; n0 += plan.chunk) {
     const int64_t samples = std::min(plan.chunk, s.batch - n0);
     const void* x_n = plan.sample(device_ptr<const void>(x), n0, plan.in_size);
@@ -300,15 +298,10 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
     if (!dx.defined()) continue;
     void* dx_n = plan.sample(device_ptr<void>(dx), n0, plan.in_size);
     if (plan.dx_as_conv) {
-      const Conv2dShape g = ConvPlan::input_gradient_shape(s);
-      const int64_t taps = s.kernel_h * s.kernel_w, rows = plan.oc * taps;
-      const int64_t plane = s.height * s.width;
-      void* flipped = device_ptr<char>(workspace) + plan.workspace_bytes() - plan.flip_bytes;
-      launch_im2col(ctx, g, samples, dy_n, col, rows, false, nullptr, nullptr, plan.folded);
+      const int64_t rows = plan.oc * s.kernel_h * s.kernel_w, plane = s.height * s.width;
+      launch_im2col(ctx, input_gradient_shape(s), samples, dy_n, col, rows, false, nullptr,
+                    nullptr, plan.folded);
       check_launch("im2col");
-      launch_conv_flip_weights(ctx, int(plan.element), device_ptr<const void>(w), plan.oc,
-                               s.in_channels, taps, flipped);
-      check_launch("conv_flip_weights");
       GemmCall gc;  // dx_n[C, H*W] (folded: t[C, n H*W]) = wt[C, OC*KH*KW] colt_n
       gc.ab_type = gc.c_type = s.dtype, gc.tf32 = s.allow_tf32;
       gc.m = s.in_channels, gc.k = rows;

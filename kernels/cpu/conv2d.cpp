@@ -12,8 +12,8 @@
 // One template serves float32 (sgemm) and bfloat16 (gemm_bf16: bfloat16 patch matrices, float
 // products and sums; dcol, dw and db in float, and dx summed in float and rounded once).
 // Float32 3x3 stride-1 layers with 16 channels or more over 100 positions or more run their
-// forward, weight gradient and data gradient by Winograd's minimal filtering instead
-// (winograd.h; the data gradient after the weight gradient, in the same workspace).
+// forward and gradients by Winograd's minimal filtering instead (winograd.h; where the data
+// gradient's convolution does not fit, the whole backward stays as above).
 #include "trident/kernels/cpu/conv2d.h"
 
 #include <algorithm>
@@ -170,18 +170,14 @@ void forward(const Conv2dShape& s, const T* x, const T* w, const float* b, T* y,
 template <class T>
 void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, float* dw,
               float* db, void* workspace, int slots) {
-  // Winograd where it fits: the weight gradient (and then the data gradient, in the same
-  // workspace) without patch matrices; or the data gradient alone after im2col's weight
-  // gradient.
-  T* dx_columns = dx;
+  // Winograd where it fits: the weight gradient, then the data gradient in the same
+  // workspace, without patch matrices.
   if constexpr (std::is_same_v<T, float>) {
-    const bool dx_fits = winograd_input_gradient_fits(s);
-    if (winograd_fits(s) && (!dx || dx_fits)) {
+    if (winograd_fits(s) && (!dx || winograd_input_gradient_fits(s))) {
       winograd_weight_gradient(s, x, dy, dw, db, workspace, slots);
       if (dx) winograd_input_gradient(s, w, dy, dx, workspace, slots);
       return;
     }
-    if (dx && dx_fits) dx_columns = nullptr;
   }
   const SlotLayout L(s);
   const int64_t in_size = s.in_channels * s.height * s.width, out_size = s.out_channels * L.p;
@@ -218,8 +214,8 @@ void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, 
       }
       product(false, true, L.oc, L.ckk, columns, dY, columns, patches, columns,
               n == n0 ? 0.f : 1.f, dw_part, L.ckk);
-      if (!dx_columns) continue;
-      T* dx_n = dx_columns + n * in_size;
+      if (!dx) continue;
+      T* dx_n = dx + n * in_size;
       if (pointwise(s)) {
         product(true, false, L.ckk, L.p, L.oc, w, L.ckk, dy_n, L.p, 0.f, dx_n, L.p);
         continue;
@@ -246,9 +242,6 @@ void backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* dx, 
     double total = 0.0;
     for (int t = 0; t < T_pieces; ++t) total += L.db(workspace, t)[o];
     db[o] = float(total);
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    if (dx && !dx_columns) winograd_input_gradient(s, w, dy, dx, workspace, slots);
   }
 }
 

@@ -1,6 +1,6 @@
-// Winograd F(2x2, 3x3) on the CPU (see winograd.h): the transforms run row by row (the row
-// transform over whole padded input rows, the column transform per tile), so that their loops
-// are plain array arithmetic the compiler vectorises; the 16 products per group go to sgemm.
+// Winograd F(2x2, 3x3) and F(3x3, 2x2) on the CPU (see winograd.h): the transforms run a tile
+// row at a time over the planes' even and odd columns, so that their loops are plain array
+// arithmetic the compiler vectorises; the 16 products per group of samples go to sgemm.
 #include "trident/kernels/cpu/winograd.h"
 
 #include <algorithm>
@@ -21,15 +21,6 @@ constexpr int64_t kMinPositions = 100;
 constexpr int64_t kGroupColumns = 192;  // tiles a group of samples gathers for its products
 
 size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
-// The convolution that computes s's data gradient: dy as its input, dx as its output.
-Conv2dShape input_gradient_shape(const Conv2dShape& s) {
-  Conv2dShape g = s;
-  g.in_channels = s.out_channels, g.out_channels = s.in_channels;
-  g.height = s.out_height(), g.width = s.out_width();
-  g.pad_h = s.kernel_h - 1 - s.pad_h, g.pad_w = s.kernel_w - 1 - s.pad_w;
-  return g;
-}
 
 // Sizes of one convolution c as the tiles see it, and its workspace: U, then per slot V, M,
 // scratch (the largest of: an input plane's even and odd columns with its padding and a tile

@@ -10,8 +10,12 @@
 //   V[16][C][T]  = B^T d B for each 4x4 input block d (zero outside the image)
 //   M[xi] = U[xi] V[xi] (16 GEMMs of OC x T x C)
 //   y block = A^T m A + b (the 2x2 outputs of each tile, cut at the image's edge)
-// Its error stays within the direct products' (the transforms' coefficients are 0, +-1 and
-// +-1/2), and the results do not depend on the grouping or the number of slots.
+// The weight gradient, F(3x3, 2x2), uses the same 4x4 input blocks: per tile,
+//   dw += G^T [(A e A^T) . (B^T d B)] G for dy's 2x2 block e,
+// summed over the tiles as 16 GEMMs with K = the tiles, then one transform per kernel.
+// The transforms' coefficients are 0, +-1 and +-1/2, so the error stays near the direct
+// products' (the conformance suite's float64 comparisons); results are deterministic for a
+// given number of slots.
 #pragma once
 #include <cstddef>
 #include <cstdint>
