@@ -23,14 +23,13 @@ constexpr int64_t kGroupColumns = 192;  // tiles a group of samples gathers for 
 size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Sizes of one convolution c as the tiles see it, and its workspace: U, then per slot V, M,
-// scratch (the largest of: an input plane's even and odd columns with its padding and a tile
-// row's row transform; dy's plane, its columns split and a tile row's transform; the output
-// transform's 10 TW floats), and the weight gradient's partial sums.
+// scratch (an input plane's even and odd columns with its padding, 2 (2 TH + 2) (TW + 1)
+// floats, and a tile row's row transform, 8 (TW + 1); dy's split plane and transform and the
+// output transform's 10 TW floats need less), and the weight gradient's partial sums.
 struct Plan {
   int64_t C, OC, H, W, OH, OW, ph, pw;
   int64_t TH, TW, tiles;  // tiles of a sample: TH x TW blocks of 2x2 outputs
   int64_t group, columns;  // samples a group, and its tile columns (group * tiles)
-  int64_t row;             // padded input row: 2 TW + 2 floats, input column u - pw at u
   size_t u_bytes, v_bytes, m_bytes, scratch_bytes, mw_bytes, db_bytes;
 
   explicit Plan(const Conv2dShape& c)
@@ -40,11 +39,10 @@ struct Plan {
         group(std::clamp<int64_t>((kGroupColumns + tiles - 1) / std::max<int64_t>(tiles, 1), 1,
                                   std::max<int64_t>(c.batch, 1))),
         columns(group * tiles),
-        row(2 * TW + 2),
         u_bytes(round64(size_t(16 * OC * C) * sizeof(float))),
         v_bytes(round64(size_t(16 * C * columns) * sizeof(float))),
         m_bytes(round64(size_t(16 * OC * columns) * sizeof(float))),
-        scratch_bytes(round64(size_t(2 * (2 * TH + 2) * row + 8 * (TW + 1)) * sizeof(float))),
+        scratch_bytes(round64(size_t((2 * (2 * TH + 2) + 8) * (TW + 1)) * sizeof(float))),
         mw_bytes(round64(size_t(16 * OC * C) * sizeof(float))),
         db_bytes(round64(size_t(OC) * sizeof(double))) {}
   size_t slot_bytes() const { return v_bytes + m_bytes + scratch_bytes + mw_bytes + db_bytes; }
@@ -118,15 +116,6 @@ inline void output_rows(const float* __restrict p0, const float* __restrict p1,
   for (int64_t j = 0; j < n; ++j) {
     a[j] = p0[j] + p1[j] + p2[j];
     b[j] = p1[j] - p2[j] - p3[j];
-  }
-}
-
-// even[j] = row[2j], odd[j] = row[2j + 1] for j < n.
-inline void deinterleave(const float* __restrict row, float* __restrict even,
-                         float* __restrict odd, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    even[j] = row[2 * j];
-    odd[j] = row[2 * j + 1];
   }
 }
 
@@ -239,13 +228,11 @@ void transform_output_row(const Plan& P, const float* M, int64_t o, int64_t ti, 
 void transform_gradient_plane(const Plan& P, const float* dy_plane, int64_t o, int64_t first,
                               float* scratch, float* E) {
   const int64_t rows = 2 * P.TH, n = P.TW;
-  float* padded = scratch;  // [rows][2 TW]
-  std::fill(padded, padded + rows * 2 * n, 0.f);
-  for (int64_t r = 0; r < P.OH; ++r)
-    std::memcpy(padded + r * 2 * n, dy_plane + r * P.OW, size_t(P.OW) * sizeof(float));
-  float* left = padded + rows * 2 * n;  // [rows][TW]: each block's left and right column
+  float* left = scratch;  // [rows][TW]: each block's left and right column, zero past the edge
   float* right = left + rows * n;
-  deinterleave(padded, left, right, rows * n);
+  for (int64_t r = 0; r < rows; ++r)
+    split_row(r < P.OH ? dy_plane + r * P.OW : nullptr, P.OW, 0, n, left + r * n,
+              right + r * n);
   float* tl = right + rows * n;  // A e of one tile row: 4 rows of each column
   float* tr = tl + 4 * n;
   for (int64_t ti = 0; ti < P.TH; ++ti) {
