@@ -58,6 +58,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     gemm_ = std::make_unique<CublasGemm>(ordinal_, main_stream_, tf32_);
     direct_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true);
     implicit_conv_ = direct_conv_ && implicit_conv_available();
+    winograd_conv_ = env_flag("TRIDENT_CUDA_WINOGRAD", true);
     int cooperative = 0;
     TRIDENT_CUDA_CHECK(
         cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, ordinal_), ordinal_);

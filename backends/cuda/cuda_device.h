@@ -152,6 +152,14 @@ class CudaDevice final : public Device {
   // channels) (backends/cuda/ops_conv2d.cpp says where).
   bool implicit_conv(const Conv2dShape& s) const;
   bool direct_conv(const Conv2dShape& s) const;
+  // ---- ops_conv2d_winograd.cpp: float32 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3)
+  bool winograd_conv(const Conv2dShape& s) const;
+  size_t winograd_workspace_bytes(const Conv2dShape& s) const;
+  void winograd_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
+                        const Tensor& y, const Tensor& workspace);
+  void winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                         const Tensor& workspace, bool workspace_valid);
 
   DeviceInfo info_;
   int ordinal_ = 0;
@@ -160,6 +168,7 @@ class CudaDevice final : public Device {
   // default on, and sm_80 code in the binary); otherwise im2col + cuBLAS.
   bool implicit_conv_ = false;
   bool direct_conv_ = false;  // kernels/cuda/direct_conv.h where it fits (the same variable)
+  bool winograd_conv_ = false;  // TRIDENT_CUDA_WINOGRAD (on): see ops_conv2d_winograd.cpp
   bool cooperative_launch_ = false;  // TRIDENT_CUDA_COOPERATIVE (on) and the device allows it
   // TRIDENT_CUDA_DEPENDENT_LAUNCH (on) and compute capability 9.0+ (kernels/cuda/launch.cuh).
   bool dependent_launch_ = false;

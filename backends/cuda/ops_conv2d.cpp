@@ -41,6 +41,9 @@
 // Workspace: col, then dw_part (samples x OC x (CKK + 1) floats; none when the weight gradient
 // is one product), then (folded) t, OC x n P elements, also holding dyt.
 //
+// Winograd (CudaDevice::winograd_conv: float32 without TF32, 3x3 at stride 1, 16 or more
+// channels each way): backends/cuda/ops_conv2d_winograd.cpp.
+//
 // Direct (CudaDevice::direct_conv: at most 4 input channels, C * KH * KW <= 32, not float32 with
 // TF32 allowed): the forward without columns (kernels/cuda/direct_conv.h), the backward as above
 // (the forward leaves no columns, so it makes them).
@@ -156,6 +159,7 @@ bool CudaDevice::direct_conv(const Conv2dShape& s) const {
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   if (s.batch == 0) return 0;
   if (implicit_conv(s)) return implicit_conv_workspace(info_.compute_units, s).bytes;
+  if (winograd_conv(s)) return winograd_workspace_bytes(s);
   const ConvPlan plan(s);
   return plan.workspace_bytes();
 }
@@ -175,6 +179,10 @@ bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const 
                                  bias, device_ptr<void>(y), device_ptr<char>(workspace));
     check_launch("implicit_conv_forward");
     return true;
+  }
+  if (winograd_conv(s)) {
+    winograd_forward(s, x, w, b, y, workspace);
+    return false;  // nothing for the backward
   }
   const ConvPlan plan(s);
   void* col = device_ptr<void>(workspace);
@@ -232,6 +240,10 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
                           s.out_height() * s.out_width(), 0.0f);
       check_launch("channel_sums");
     }
+    return true;
+  }
+  if (winograd_conv(s)) {
+    winograd_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid);
     return true;
   }
   const ConvPlan plan(s);
