@@ -64,9 +64,10 @@ std::vector<Conv2dShape> conv_shapes() {
       // edge), and padding 0 and 2 on the two axes (the data gradient's padding 2 and 0)
       conv(2, 16, 12, 11, 20, 3, 3, 1, 1, 1, 1),
       conv(2, 20, 13, 12, 16, 3, 3, 1, 1, 0, 2),
-      // ... and CUDA's float32 Winograd (the shapes above from 16 channels too): two groups of
-      // samples, the last one short (6 + 5 samples of 225 tiles), a group's 1350 tile columns
-      // padded to 1352, odd sizes (half tiles at two edges)
+      // ... and CUDA's and OpenCL's float32 Winograd (the shapes above from 16 channels too):
+      // 2475 tiles of 2x2 outputs (odd sizes: half tiles at two edges), so that blocks of 32
+      // tiles straddle samples and the last is short, 24 output channels (a short block of
+      // 32), and the weight gradient's 155 slices of 16 tiles, the last of 11
       conv(11, 16, 29, 29, 24, 3, 3, 1, 1, 1, 1),
       // 15 channels: CUDA's folded layout with the data gradient as a convolution (Winograd
       // takes 16 and more)
@@ -167,7 +168,7 @@ TEST_CASE("conformance: conv2d forward and backward: rectangular kernels, stride
 
 TEST_CASE("conformance: conv2d backward twice, after another forward into the same workspace, "
           "and after a write to its input gives the same gradients", "[conformance][conv2d]") {
-  // (the last: CUDA's float32 Winograd keeps x's transform for the backward)
+  // (the last: the float32 Winograd convolutions of CUDA and OpenCL)
   const std::vector<Conv2dShape> shapes = {conv(16, 10, 12, 12, 20, 5, 5, 1, 1, 0, 0),
                                            conv(4, 3, 9, 9, 8, 3, 3, 2, 2, 1, 1),
                                            conv(3, 16, 10, 10, 16, 3, 3, 1, 1, 1, 1)};

@@ -159,7 +159,7 @@ class CudaDevice final : public Device {
                         const Tensor& y, const Tensor& workspace);
   void winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
-                         const Tensor& workspace, bool workspace_valid);
+                         const Tensor& workspace);
 
   DeviceInfo info_;
   int ordinal_ = 0;

@@ -243,8 +243,8 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
     return true;
   }
   if (winograd_conv(s)) {
-    winograd_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid);
-    return true;
+    winograd_backward(s, x, w, dy, dx, dw, db, workspace);
+    return false;
   }
   const ConvPlan plan(s);
   void* col = device_ptr<void>(workspace);

@@ -113,10 +113,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int o = k % (kOutChannels / 4) * 4, cc = k / (kOutChannels / 4) % kChunk;
         const int e = k / (kOutChannels / 4 * kChunk);
         const I c = c0 + cc, oc = oc0 + o;
-        reinterpret_cast<float4*>(Us)[k] =
-            c < t.C && oc < t.OC
-                ? __ldg(reinterpret_cast<const float4*>(U + (int64_t(e) * t.C + c) * t.OC + oc))
-                : make_float4(0.f, 0.f, 0.f, 0.f);
+        reinterpret_cast<float4*>(Us)[k] = c < t.C && oc < t.OC
+                                               ? __ldg(reinterpret_cast<const float4*>(
+                                                     U + (int64_t(e) * t.C + c) * t.OC + oc))
+                                               : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     } else {
       for (int k = tid; k < 16 * kChunk * kOutChannels; k += kThreads) {
@@ -129,9 +129,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
 #pragma unroll
     for (int cc = 0; cc < kChunk; ++cc) {
-      const float4* u4 =
-          reinterpret_cast<const float4*>(Us + (xi * kChunk + cc) * kOutChannels + ob * 8);
-      const float4* v4 = reinterpret_cast<const float4*>(Vs + (xi * kChunk + cc) * kTiles + tb * 8);
+      const float4* u4 = reinterpret_cast<const float4*>(Us + (xi * kChunk + cc) * kOutChannels +
+                                                         ob * 8);
+      const float4* v4 = reinterpret_cast<const float4*>(Vs + (xi * kChunk + cc) * kTiles +
+                                                         tb * 8);
       const float4 ua = u4[0], ub = u4[1], va = v4[0], vb = v4[1];
       const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
       const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
@@ -145,7 +146,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 #pragma unroll
   for (int a = 0; a < 8; ++a) {
-    float4* row = reinterpret_cast<float4*>(Ms + (xi * kOutChannels + ob * 8 + a) * kTiles + tb * 8);
+    float4* row = reinterpret_cast<float4*>(Ms + (xi * kOutChannels + ob * 8 + a) * kTiles +
+                                            tb * 8);
     row[0] = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
     row[1] = make_float4(acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
   }
