@@ -20,7 +20,7 @@ namespace {
 // batchnorm walks with).
 const char* const kMainProgramFiles[] = {
     "common", "storage", "philox",      "elementwise", "channel",    "batchnorm", "im2col",
-    "conv2d", "pool2d",  "softmax_nll", "gather",      "optimizers", "convert",   "gemm"};
+    "conv2d", "winograd", "pool2d", "softmax_nll", "gather", "optimizers", "convert", "gemm"};
 
 const char* const kKernelNames[] = {
 #define TRIDENT_OPENCL_KERNEL_NAME(name) #name,

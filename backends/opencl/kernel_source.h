@@ -24,6 +24,8 @@ std::string main_program_source(DType storage);
   /* im2col.cl */ X(im2col) X(col2im)                                                          \
   /* conv2d.cl */ X(conv_output_nchw) X(conv_grad_channel_major) X(conv_grad_sum)              \
   X(conv_flip_weights)                                                                         \
+  /* winograd.cl */ X(winograd_kernel) X(winograd_conv) X(winograd_weight_partials)          \
+  X(winograd_weight_gradient)                                                                  \
   /* pool2d.cl */ X(maxpool2d_forward) X(maxpool2d_backward) X(avgpool2d_forward)              \
   X(avgpool2d_global) X(avgpool2d_backward)                                                    \
   /* batchnorm.cl */ X(batchnorm_forward_channel) X(batchnorm_moments)                         \

@@ -125,6 +125,17 @@ class OpenClDevice final : public Device {
   BufferArg error_flag_arg();
   // The float32 weights a convolution's float32 GEMMs multiply (ops_conv2d.cpp).
   DeviceMemory conv_weights(const Tensor& w, const Tensor& workspace, size_t w32_offset);
+  // ops_conv2d_winograd.cpp: float32 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3).
+  bool winograd_conv(const Conv2dShape& s) const;
+  size_t winograd_workspace_bytes(const Conv2dShape& s) const;
+  void winograd_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
+                        const Tensor& y, const Tensor& workspace);
+  void winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                         const Tensor& workspace);
+  // y = conv(x, the kernel transformed into U) + b (b may be undefined) for s.
+  void winograd_convolution(const Conv2dShape& s, DeviceMemory x, DeviceMemory U,
+                            const Tensor& b, DeviceMemory y);
   // How to cut per-channel reductions of this shape; `floats_per_partial` partial values per
   // (piece, channel) and `reserved` more floats must fit in the reduction scratch.
   ChannelSplit channel_split(int64_t outer, int64_t channels, int64_t inner,

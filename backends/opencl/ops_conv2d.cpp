@@ -27,6 +27,8 @@
 //           col[OC*KH*KW, N*H*W] = im2col(dy, padding KH-1-PH, KW-1-PW), wt[C, OC*KH*KW] = w
 //           with its kernel flipped (conv_flip_weights, into the partial area), and
 //           dx = wt col written in NCHW by the own GEMM.
+// Float32 3x3 stride-1 layers with 16 or more channels each way: Winograd's F(2x2, 3x3) instead
+// (ops_conv2d_winograd.cpp, OpenClDevice::winograd_conv).
 // dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x (CKK + 1) is small),
 // which one GEMM runs on a handful of work-groups: it is split into S slices of L, run as one
 // strided batched GEMM, and the slices are summed by conv_grad_sum.
@@ -136,6 +138,7 @@ ConvLayout conv_layout(const Conv2dShape& s, const GemmEngine& gemm) {
 }  // namespace
 
 size_t OpenClDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
+  if (winograd_conv(s)) return winograd_workspace_bytes(s);
   return conv_layout(s, gemm_).bytes();
 }
 
@@ -151,6 +154,10 @@ DeviceMemory OpenClDevice::conv_weights(const Tensor& w, const Tensor& workspace
 
 bool OpenClDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                      const Tensor& b, const Tensor& y, const Tensor& workspace) {
+  if (winograd_conv(s)) {
+    winograd_forward(s, x, w, b, y, workspace);
+    return false;
+  }
   const ConvLayout L = conv_layout(s, gemm_);
   const ConvGeometry& d = L.g;
   const size_t e = L.column_bytes();
@@ -187,6 +194,10 @@ bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, con
                                       const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                       const Tensor& db, const Tensor& workspace,
                                       bool workspace_valid) {
+  if (winograd_conv(s)) {
+    winograd_backward(s, x, w, dy, dx, dw, db, workspace);
+    return false;
+  }
   const ConvLayout L = conv_layout(s, gemm_);
   const ConvGeometry& d = L.g;
   const size_t e = L.column_bytes();
