@@ -24,7 +24,9 @@
 //               wt[C, OC*KH*KW] = w with its kernel flipped (in the workspace's last area);
 //               dx_n[C, H*W] = wt colt_n (folded: t[C, n H*W] = wt colt, dx = samples_first(t)).
 //             ResNet fp32 step on an H200: 3.266 -> 3.088 ms with its 28x28 layers, 3.038
-//             with the folded 14x14 and 7x7 ones too (their col2im took 95 us a step).
+//             with the folded 14x14 and 7x7 ones too (their col2im took 95 us a step); its
+//             float32 3x3 layers have since moved to Winograd (below), leaving this path to
+//             16-bit layers with TRIDENT_CUDA_IMPLICIT_CONV=0 and thinner float32 ones.
 // Pointwise (1x1, stride 1, no padding): col_n is x_n itself, so there is no im2col, dx_n =
 // W^T dy_n directly, and db comes from channel_sums.
 // Folded (small images: P <= 256 and CKK >= 128, e.g. the ResNet's 14x14 and 7x7 layers): the

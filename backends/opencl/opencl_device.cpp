@@ -21,6 +21,7 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
   // GEMM); the front refuses larger tensors with a message.
   info_.limits.max_elements = std::numeric_limits<int32_t>::max();
   queue_.grow(reduce_scratch_, kReduceScratchFloats * sizeof(float));
+  winograd_ = winograd_available();
 }
 
 OpenClDevice::~OpenClDevice() { release_pool(); }

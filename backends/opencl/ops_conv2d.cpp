@@ -19,7 +19,8 @@
 //           last column (the ones row's) is the bias gradient; dw and db = the sums of partial's
 //           split-K slices (conv_grad_sum). With dx: col[:CKK] = W^T product (overwriting the
 //           columns: the backward then returns false) and dx = col2im(col).
-//           Stride 1 with padding up to the kernel's size - 1 (the ResNet's 3x3 "same" layers),
+//           Stride 1 with padding up to the kernel's size - 1 (3x3 "same" layers: in 16 bits, or
+//           float32 ones with fewer than 16 channels, the others being Winograd's),
 //           where dy's columns fit the workspace's col and the own GEMM takes the product: dx
 //           is a convolution of dy instead, as its forward is (no col2im, and a product shaped
 //           as the forward's: OC rows against CKK rows there; H200, 28x28 32->32, float32:

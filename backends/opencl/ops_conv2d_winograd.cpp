@@ -24,14 +24,12 @@ constexpr cl_ulong kLocalBytesNeeded = 37 * 1024;         // the weight gradient
 size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 struct WinogradPlan {
-  size_t u_bytes, partial_bytes;
   WinogradSlices slices;
+  size_t u_bytes, partial_bytes;
   explicit WinogradPlan(const Conv2dShape& s)
-      : u_bytes(round_up(size_t(16 * s.in_channels * s.out_channels) * sizeof(float))),
-        partial_bytes(0),
-        slices(s, kPassTiles) {
-    partial_bytes = size_t(slices.partial_elements(s)) * sizeof(float);
-  }
+      : slices(s, kPassTiles),
+        u_bytes(round_up(size_t(16 * s.in_channels * s.out_channels) * sizeof(float))),
+        partial_bytes(size_t(slices.partial_elements(s)) * sizeof(float)) {}
   size_t bytes() const { return u_bytes + partial_bytes; }
 };
 
@@ -56,14 +54,16 @@ struct TileArgs {
 
 }  // namespace
 
-bool OpenClDevice::winograd_conv(const Conv2dShape& s) const {
-  static const bool enabled = env_flag("TRIDENT_OPENCL_WINOGRAD", true);
-  if (!enabled || s.dtype != DType::f32 || !winograd_tiles_fit(s)) return false;
+bool OpenClDevice::winograd_available() const {
+  if (!env_flag("TRIDENT_OPENCL_WINOGRAD", true)) return false;
   cl_ulong local_bytes = 0;
-  if (clGetDeviceInfo(queue_.device(), CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local_bytes),
-                      &local_bytes, nullptr) != CL_SUCCESS)
-    return false;
-  return local_bytes >= kLocalBytesNeeded;
+  return clGetDeviceInfo(queue_.device(), CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local_bytes),
+                         &local_bytes, nullptr) == CL_SUCCESS &&
+         local_bytes >= kLocalBytesNeeded;
+}
+
+bool OpenClDevice::winograd_conv(const Conv2dShape& s) const {
+  return winograd_ && s.dtype == DType::f32 && winograd_tiles_fit(s);
 }
 
 size_t OpenClDevice::winograd_workspace_bytes(const Conv2dShape& s) const {
