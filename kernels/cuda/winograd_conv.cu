@@ -14,6 +14,7 @@
 
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/winograd.h"
+#include "trident/kernels/cuda/winograd_tile.cuh"
 
 namespace trident::cuda {
 namespace {
@@ -90,23 +91,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           }
         }
       }
-      float b[4][4];  // B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        b[0][k] = d[0][k] - d[2][k];
-        b[1][k] = d[1][k] + d[2][k];
-        b[2][k] = d[2][k] - d[1][k];
-        b[3][k] = d[1][k] - d[3][k];
-      }
-      float* out = Vs + fill_channel * kTiles + fill_tile;
-      constexpr int kStride = kChunk * kTiles;  // from one xi to the next
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {  // (B^T d) B
-        out[(r * 4 + 0) * kStride] = b[r][0] - b[r][2];
-        out[(r * 4 + 1) * kStride] = b[r][1] + b[r][2];
-        out[(r * 4 + 2) * kStride] = b[r][2] - b[r][1];
-        out[(r * 4 + 3) * kStride] = b[r][1] - b[r][3];
-      }
+      winograd_tile::store_input_transform(d, Vs + fill_channel * kTiles + fill_tile,
+                                           kChunk * kTiles);
     }
     if (t.OC % 4 == 0) {  // U's rows in 16-byte pieces (oc0 is a multiple of 32)
       for (int k = tid; k < 16 * kChunk * kOutChannels / 4; k += kThreads) {
@@ -128,19 +114,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
 #pragma unroll
-    for (int cc = 0; cc < kChunk; ++cc) {
-      const float4* u4 = reinterpret_cast<const float4*>(Us + (xi * kChunk + cc) * kOutChannels +
-                                                         ob * 8);
-      const float4* v4 = reinterpret_cast<const float4*>(Vs + (xi * kChunk + cc) * kTiles +
-                                                         tb * 8);
-      const float4 ua = u4[0], ub = u4[1], va = v4[0], vb = v4[1];
-      const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
-      const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-#pragma unroll
-      for (int a = 0; a < 8; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b) acc[a][b] = fmaf(u[a], v[b], acc[a][b]);
-    }
+    for (int cc = 0; cc < kChunk; ++cc)
+      winograd_tile::add_outer_product(acc, Us + (xi * kChunk + cc) * kOutChannels + ob * 8,
+                                       Vs + (xi * kChunk + cc) * kTiles + tb * 8);
     __syncthreads();
   }
 

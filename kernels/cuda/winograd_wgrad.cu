@@ -14,6 +14,7 @@
 
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/winograd.h"
+#include "trident/kernels/cuda/winograd_tile.cuh"
 
 namespace trident::cuda {
 namespace {
@@ -113,36 +114,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         e_out[(r * 4 + 2) * kStride] = a[r][0] - a[r][1];
         e_out[(r * 4 + 3) * kStride] = -a[r][1];
       }
-      float b[4][4];  // B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3; then (B^T d) B
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        b[0][k] = d[0][k] - d[2][k];
-        b[1][k] = d[1][k] + d[2][k];
-        b[2][k] = d[2][k] - d[1][k];
-        b[3][k] = d[1][k] - d[3][k];
-      }
-      float* v_out = Vs + j * kRow + ch;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        v_out[(r * 4 + 0) * kStride] = b[r][0] - b[r][2];
-        v_out[(r * 4 + 1) * kStride] = b[r][1] + b[r][2];
-        v_out[(r * 4 + 2) * kStride] = b[r][2] - b[r][1];
-        v_out[(r * 4 + 3) * kStride] = b[r][1] - b[r][3];
-      }
+      winograd_tile::store_input_transform(d, Vs + j * kRow + ch, kStride);
     }
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const float4* e4 = reinterpret_cast<const float4*>(Es + xi * kStride + j * kRow + ob * 8);
-      const float4* v4 = reinterpret_cast<const float4*>(Vs + xi * kStride + j * kRow + cb * 8);
-      const float4 ea = e4[0], eb = e4[1], va = v4[0], vb = v4[1];
-      const float u[8] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
-      const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-#pragma unroll
-      for (int a = 0; a < 8; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b) acc[a][b] = fmaf(u[a], v[b], acc[a][b]);
-    }
+    for (int j = 0; j < kTiles; ++j)
+      winograd_tile::add_outer_product(acc, Es + xi * kStride + j * kRow + ob * 8,
+                                       Vs + xi * kStride + j * kRow + cb * 8);
     __syncthreads();
   }
 
