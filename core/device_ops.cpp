@@ -1,7 +1,8 @@
 // The validating front of every Device op: arguments are checked here once, for every backend,
 // with messages that name the device, the op and the argument; then the backend's slot runs.
-// Memory, GEMM, elementwise, channel, data and optimizer ops here; convolution, pooling,
-// normalisation and the head in device_ops_nn.cpp; the shared checks in op_check.h.
+// Memory, GEMM, elementwise, channel, data and optimizer ops here; convolution, pooling and
+// normalisation in device_ops_nn.cpp; the losses and the head in device_ops_head.cpp; the shared
+// checks in op_check.h.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>

@@ -1,6 +1,7 @@
 // The argument checks and the 16-bit staging that the validating fronts of Device's ops share
 // (core/device_ops.cpp: memory, GEMM, elementwise, channel, data and optimizer ops;
-// core/device_ops_nn.cpp: convolution, pooling, normalisation and the head). Internal to core.
+// core/device_ops_nn.cpp: convolution, pooling, normalisation; core/device_ops_head.cpp: the
+// losses and the head). Internal to core.
 #pragma once
 #include <cstring>
 #include <initializer_list>

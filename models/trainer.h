@@ -168,7 +168,7 @@ class Trainer : private ReplicaSteps {
   void average_weights() override;
   void run_step(size_t i, const std::function<void()>& step, bool capture) override;
   // Backward of the replicas `which`, start(begin, count) called for each bucket of finished
-  // gradients (see trainer.cpp).
+  // gradients (see trainer_gradients.cpp).
   void backward_in_buckets_of(const std::vector<size_t>& which,
                               const std::function<void(int64_t, int64_t)>& start,
                               bool after_input = false);
