@@ -7,10 +7,14 @@
 //   at the end the 16 x 32 x 32 sums go to shared memory (over Vs and Us), and each thread
 //   turns 4 (channel, tile) columns of 16 into their 2x2 outputs (A^T m A + bias).
 // No Winograd-domain array goes through global memory: the layer reads x and U and writes y.
-// ResNet fp32 on an H200, the 28x28 x 32-channel layer's forward: 92 us, against 174 with the
+// ResNet fp32 on an H200, the 28x28 x 32-channel layer's forward: 76 us, against 174 with the
 // transforms and a cuBLAS product in between (the Winograd domain through global memory), and
-// about 180 as im2col + cuBLAS; ncu: 56% of issue slots busy at 25% occupancy (two blocks an SM).
+// about 180 as im2col + cuBLAS. Each thread's fill addresses and bounds are worked out once
+// (91 us before: ncu counted as many index instructions as products at C = 32). Tried and left
+// out: the fills by cp.async a chunk ahead (8 or 16 channels a chunk: no faster; latency was
+// not what held the kernel).
 #include <algorithm>
+#include <cstdint>
 
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/winograd.h"
@@ -29,6 +33,12 @@ constexpr int kSharedFloats = 16 * kOutChannels * kTiles;  // Ms; Vs and Us take
 static_assert(16 * kChunk * (kTiles + kOutChannels) <= kSharedFloats, "Vs and Us fit under Ms");
 static_assert(kChunk * kTiles % kThreads == 0, "whole (tile, channel) pairs a thread");
 static_assert(kThreads == 16 * (kOutChannels / 8) * (kTiles / 8), "one 8x8 product a thread");
+constexpr int kFillStep = kThreads / kTiles;  // channels between a thread's x blocks
+constexpr int kQuads = kOutChannels / 4;       // float4s in a row of U's slice
+constexpr int kCoefficientStep = kThreads / (kQuads * kChunk);  // between a thread's U copies
+static_assert(kThreads % (kQuads * kChunk) == 0 && 16 % kCoefficientStep == 0,
+              "a thread copies U's slice at one (channel, quad) for every kCoefficientStep-th xi");
+static_assert(kOutChannels % kFillStep == 0, "whole output channels a thread at the end");
 
 template <typename I>
 struct ConvTiles {
@@ -48,18 +58,36 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int tid = threadIdx.x;
   const I tile0 = I(blockIdx.x) * kTiles, oc0 = I(blockIdx.y) * kOutChannels;
 
-  // The fill's (tile, channel): tile the fastest, so that Vs's stores are conflict-free.
-  const int fill_tile = tid % kTiles;
+  // Each thread's share of the fills is the same in every chunk, so that its addresses and
+  // bounds are worked out once here (ncu: index arithmetic was half the instructions).
+  // x: the 4x4 blocks of tile fill_tile (the fastest across threads: Vs's stores are
+  // conflict-free) in channels fill_channel + kFillStep * pair of the chunk; `inside` has bit
+  // r * 4 + k set where the block's element (r, k) lies in the image.
+  const int fill_tile = tid % kTiles, fill_channel = tid / kTiles;
   const I fill_index = tile0 + fill_tile;
-  const bool fill_valid = fill_index < t.total_tiles;
   const float* x_sample = x;
-  I y0 = 0, x0 = 0;
-  if (fill_valid) {
+  I origin = 0;  // the block's top-left element in a channel's plane (may lie outside it)
+  unsigned inside = 0;
+  if (fill_index < t.total_tiles) {
     const I n = t.by_tiles.div(fill_index), tile = fill_index - n * t.tiles;
     const I ty = t.by_tw.div(tile), tx = tile - ty * t.TW;
-    y0 = 2 * ty - t.ph, x0 = 2 * tx - t.pw;
+    const I y0 = 2 * ty - t.ph, x0 = 2 * tx - t.pw;
+    origin = y0 * t.W + x0;
     x_sample = x + int64_t(n) * t.C * t.H * t.W;
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const I iy = y0 + e / 4, ix = x0 + e % 4;
+      if (iy >= 0 && iy < t.H && ix >= 0 && ix < t.W) inside |= 1u << e;
+    }
   }
+  const I plane = t.H * t.W;
+  // U: 16 bytes at output channels u_quad * 4 .., channel u_channel of the chunk, coefficients
+  // u_coefficient + kCoefficientStep * i (the k-th float4 of Us with k = tid + kThreads * i).
+  const int u_quad = tid % kQuads, u_channel = tid / kQuads % kChunk;
+  const int u_coefficient = tid / (kQuads * kChunk);
+  const bool u_by_16_bytes =  // oc0 is a multiple of 32
+      t.OC % 4 == 0 && reinterpret_cast<uintptr_t>(U) % sizeof(float4) == 0;
+
   // The product's share: coefficient xi, output channels ob * 8 .., tiles tb * 8 ..
   const int xi = tid / 16, ob = (tid / 4) % 4, tb = tid % 4;
   float acc[8][8];
@@ -71,39 +99,29 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (I c0 = 0; c0 < t.C; c0 += kChunk) {
 #pragma unroll 1
     for (int pair = 0; pair < kChunk * kTiles / kThreads; ++pair) {
-      const int fill_channel = tid / kTiles + pair * (kThreads / kTiles);
+      const int channel = fill_channel + pair * kFillStep;
+      const I c = c0 + channel;
+      const unsigned valid = c < t.C ? inside : 0u;
+      const I offset = (valid ? c : 0) * plane + origin;
       float d[4][4];
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) d[r][k] = 0.f;
-      const I c = c0 + fill_channel;
-      if (fill_valid && c < t.C) {
-        const float* plane = x_sample + int64_t(c) * t.H * t.W;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const I iy = y0 + r;
-          if (iy < 0 || iy >= t.H) continue;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const I ix = x0 + k;
-            if (ix >= 0 && ix < t.W) d[r][k] = __ldg(plane + iy * t.W + ix);
-          }
-        }
-      }
-      winograd_tile::store_input_transform(d, Vs + fill_channel * kTiles + fill_tile,
+        for (int k = 0; k < 4; ++k)
+          d[r][k] = (valid >> (r * 4 + k)) & 1u ? __ldg(x_sample + (offset + r * t.W + k)) : 0.f;
+      winograd_tile::store_input_transform(d, Vs + channel * kTiles + fill_tile,
                                            kChunk * kTiles);
     }
-    if (t.OC % 4 == 0) {  // U's rows in 16-byte pieces (oc0 is a multiple of 32)
-      for (int k = tid; k < 16 * kChunk * kOutChannels / 4; k += kThreads) {
-        const int o = k % (kOutChannels / 4) * 4, cc = k / (kOutChannels / 4) % kChunk;
-        const int e = k / (kOutChannels / 4 * kChunk);
-        const I c = c0 + cc, oc = oc0 + o;
-        reinterpret_cast<float4*>(Us)[k] = c < t.C && oc < t.OC
-                                               ? __ldg(reinterpret_cast<const float4*>(
-                                                     U + (int64_t(e) * t.C + c) * t.OC + oc))
-                                               : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+    if (u_by_16_bytes) {
+      const I c = c0 + u_channel, oc = oc0 + u_quad * 4;
+      const bool ok = c < t.C && oc < t.OC;
+      const float4* src = reinterpret_cast<const float4*>(
+          U + (int64_t(u_coefficient) * t.C + (ok ? c : 0)) * t.OC + (ok ? oc : 0));
+      const int64_t step = int64_t(kCoefficientStep) * t.C * t.OC / 4;  // in float4s
+      float4* dst = reinterpret_cast<float4*>(Us) + tid;
+#pragma unroll
+      for (int i = 0; i < 16 / kCoefficientStep; ++i)
+        dst[i * kThreads] = ok ? __ldg(src + i * step) : make_float4(0.f, 0.f, 0.f, 0.f);
     } else {
       for (int k = tid; k < 16 * kChunk * kOutChannels; k += kThreads) {
         const int o = k % kOutChannels, cc = (k / kOutChannels) % kChunk;
@@ -129,10 +147,23 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  for (int k = tid; k < kOutChannels * kTiles; k += kThreads) {
-    const int j = k % kTiles, o = k / kTiles;
-    const I index = tile0 + j, oc = oc0 + o;
-    if (index >= t.total_tiles || oc >= t.OC) continue;
+  // Each thread turns tile j's sums into outputs for output channels o0, o0 + kFillStep, ..
+  const int j = tid % kTiles, o0 = tid / kTiles;
+  const I index = tile0 + j;
+  if (index >= t.total_tiles) return;
+  const I n = t.by_tiles.div(index), tile = index - n * t.tiles;
+  const I ty = t.by_tw.div(tile), tx = tile - ty * t.TW;
+  const I oy = 2 * ty, ox = 2 * tx;
+  const bool second_row = oy + 1 < t.OH, second_column = ox + 1 < t.OW;
+  // Both outputs of a row in one 8-byte store where they are 8-byte aligned: ox is even, so
+  // when y is and OW (and so every plane and row) is even.
+  const bool paired =
+      second_column && t.OW % 2 == 0 && reinterpret_cast<uintptr_t>(y) % sizeof(float2) == 0;
+  float* const y_tile = y + int64_t(n) * t.OC * t.OH * t.OW + oy * t.OW + ox;
+#pragma unroll 1
+  for (int o = o0; o < kOutChannels; o += kFillStep) {
+    const I oc = oc0 + o;
+    if (oc >= t.OC) break;
     float m[4][4];
 #pragma unroll
     for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = Ms[(e * kOutChannels + o) * kTiles + j];
@@ -143,16 +174,19 @@ __global__ void __launch_bounds__(kThreads, 2)
       a[1][q] = m[1][q] - m[2][q] - m[3][q];
     }
     const float b = bias ? __ldg(bias + oc) : 0.f;
-    const I n = t.by_tiles.div(index), tile = index - n * t.tiles;
-    const I ty = t.by_tw.div(tile), tx = tile - ty * t.TW;
-    float* plane = y + (int64_t(n) * t.OC + oc) * t.OH * t.OW;
+    float* out = y_tile + int64_t(oc) * t.OH * t.OW;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const I oy = 2 * ty + r, ox = 2 * tx;
-      if (oy >= t.OH) break;
-      float* out = plane + oy * t.OW + ox;
-      out[0] = a[r][0] + a[r][1] + a[r][2] + b;
-      if (ox + 1 < t.OW) out[1] = a[r][1] - a[r][2] - a[r][3] + b;
+      if (r == 1 && !second_row) break;
+      const float left = a[r][0] + a[r][1] + a[r][2] + b;
+      const float right = a[r][1] - a[r][2] - a[r][3] + b;
+      if (paired) {
+        *reinterpret_cast<float2*>(out) = make_float2(left, right);
+      } else {
+        out[0] = left;
+        if (second_column) out[1] = right;
+      }
+      out += t.OW;
     }
   }
 }

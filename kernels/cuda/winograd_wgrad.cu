@@ -9,8 +9,11 @@
 //   into 64 registers;
 //   at the end each block writes its 16 x 32 x 32 sums to partial[slice][xi][OC][C], and
 //   winograd_weight_gradient_kernel (winograd.cu) adds the slices in order and transforms back.
-// Neither transform goes through global memory.
+// Neither transform goes through global memory. A thread fills the same tile of every chunk in
+// two channels, so that the tile's position and bounds are worked out once a chunk: ResNet's
+// 28x28 x 32-channel layer 103 -> 78 us on an H200.
 #include <algorithm>
+#include <cstdint>
 
 #include "trident/kernels/cuda/launch.cuh"
 #include "trident/kernels/cuda/winograd.h"
@@ -28,12 +31,33 @@ static_assert(kThreads == 16 * (kChannels / 8) * (kChannels / 8), "one 8x8 produ
 static_assert(kChannels == WinogradSlices::kChannelsPerBlock, "winograd_plan.h's blocks");
 static_assert(kTiles == 16, "winograd.h's winograd_slices");
 static_assert(kTiles * kChannels % kThreads == 0, "whole (tile, channel) pairs a thread");
+constexpr int kFillStep = kThreads / kTiles;  // channels between a thread's blocks
 
 template <typename I>
 struct GradTiles {
   I C, OC, H, W, OH, OW, ph, pw, TW, tiles, total_tiles, slice_tiles;
   Divider<I> by_tiles, by_tw;
 };
+
+// out[e * stride] = (A e A^T)[e / 4][e % 4] for dy's 2x2 block e (A = [1 0; 1 1; 1 -1; 0 -1]).
+__device__ __forceinline__ void store_output_transform(const float (&e)[2][2], float* out,
+                                                       int stride) {
+  float a[4][2];  // A e: rows e0, e0 + e1, e0 - e1, -e1; then (A e) A^T
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    a[0][k] = e[0][k];
+    a[1][k] = e[0][k] + e[1][k];
+    a[2][k] = e[0][k] - e[1][k];
+    a[3][k] = -e[1][k];
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    out[(r * 4 + 0) * stride] = a[r][0];
+    out[(r * 4 + 1) * stride] = a[r][0] + a[r][1];
+    out[(r * 4 + 2) * stride] = a[r][0] - a[r][1];
+    out[(r * 4 + 3) * stride] = -a[r][1];
+  }
+}
 
 template <typename I>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -56,83 +80,84 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int b = 0; b < 8; ++b) acc[a][b] = 0.f;
   constexpr int kStride = kTiles * kRow;  // from one xi to the next
 
+  // The fill: each thread takes tile j of every chunk in channels fill_channel + kFillStep *
+  // pair, so that a tile's position and bounds are worked out once a chunk (ncu: index
+  // arithmetic was most of the kernel's instructions besides the products).
+  const int j = tid % kTiles, fill_channel = tid / kTiles;
+  const I dy_plane = t.OH * t.OW, x_plane = t.H * t.W;
   for (I chunk = first; chunk < last; chunk += kTiles) {
+    const I index = chunk + j;
+    // dy's 2x2 block (bit r * 2 + k) and x's 4x4 block (bit r * 4 + k) inside their images.
+    unsigned dy_inside = 0, x_inside = 0;
+    I dy_origin = 0, x_origin = 0, n = 0;
+    if (index < last) {
+      n = t.by_tiles.div(index);
+      const I tile = index - n * t.tiles;
+      const I ty = t.by_tw.div(tile), tx = tile - ty * t.TW;
+      const I oy = 2 * ty, ox = 2 * tx, y0 = oy - t.ph, x0 = ox - t.pw;
+      dy_origin = oy * t.OW + ox;
+      x_origin = y0 * t.W + x0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (oy + e / 2 < t.OH && ox + e % 2 < t.OW) dy_inside |= 1u << e;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const I iy = y0 + e / 4, ix = x0 + e % 4;
+        if (iy >= 0 && iy < t.H && ix >= 0 && ix < t.W) x_inside |= 1u << e;
+      }
+    }
+    const float* dy_sample = dy + int64_t(n) * t.OC * dy_plane;
+    const float* x_sample = x + int64_t(n) * t.C * x_plane;
 #pragma unroll 1
-    for (int p = tid; p < kTiles * kChannels; p += kThreads) {
-      const int j = p % kTiles, ch = p / kTiles;  // tile j of the chunk, channel ch
-      const I index = chunk + j;
-      float e[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-      float d[4][4];
+    for (int pair = 0; pair < kTiles * kChannels / kThreads; ++pair) {
+      const int ch = fill_channel + pair * kFillStep;
+      const unsigned dy_valid = oc0 + ch < t.OC ? dy_inside : 0u;
+      const unsigned x_valid = c0 + ch < t.C ? x_inside : 0u;
+      const I dy_offset = (dy_valid ? oc0 + ch : 0) * dy_plane + dy_origin;
+      const I x_offset = (x_valid ? c0 + ch : 0) * x_plane + x_origin;
+      float e[2][2], d[4][4];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          e[r][k] = (dy_valid >> (r * 2 + k)) & 1u
+                        ? __ldg(dy_sample + (dy_offset + r * t.OW + k))
+                        : 0.f;
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) d[r][k] = 0.f;
-      if (index < last) {
-        const I n = t.by_tiles.div(index), tile = index - n * t.tiles;
-        const I ty = t.by_tw.div(tile), tx = tile - ty * t.TW;
-        if (oc0 + ch < t.OC) {
-          const float* plane = dy + (int64_t(n) * t.OC + oc0 + ch) * t.OH * t.OW;
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const I oy = 2 * ty + r;
-            if (oy >= t.OH) break;
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-              const I ox = 2 * tx + k;
-              if (ox < t.OW) e[r][k] = __ldg(plane + oy * t.OW + ox);
-            }
-          }
-        }
-        if (c0 + ch < t.C) {
-          const float* plane = x + (int64_t(n) * t.C + c0 + ch) * t.H * t.W;
-          const I y0 = 2 * ty - t.ph, x0 = 2 * tx - t.pw;
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const I iy = y0 + r;
-            if (iy < 0 || iy >= t.H) continue;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const I ix = x0 + k;
-              if (ix >= 0 && ix < t.W) d[r][k] = __ldg(plane + iy * t.W + ix);
-            }
-          }
-        }
-      }
-      float* e_out = Es + j * kRow + ch;
-      float a[4][2];  // A e: rows e0, e0 + e1, e0 - e1, -e1; then (A e) A^T
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        a[0][k] = e[0][k];
-        a[1][k] = e[0][k] + e[1][k];
-        a[2][k] = e[0][k] - e[1][k];
-        a[3][k] = -e[1][k];
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        e_out[(r * 4 + 0) * kStride] = a[r][0];
-        e_out[(r * 4 + 1) * kStride] = a[r][0] + a[r][1];
-        e_out[(r * 4 + 2) * kStride] = a[r][0] - a[r][1];
-        e_out[(r * 4 + 3) * kStride] = -a[r][1];
-      }
+        for (int k = 0; k < 4; ++k)
+          d[r][k] = (x_valid >> (r * 4 + k)) & 1u ? __ldg(x_sample + (x_offset + r * t.W + k))
+                                                  : 0.f;
+      store_output_transform(e, Es + j * kRow + ch, kStride);
       winograd_tile::store_input_transform(d, Vs + j * kRow + ch, kStride);
     }
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j)
-      winograd_tile::add_outer_product(acc, Es + xi * kStride + j * kRow + ob * 8,
-                                       Vs + xi * kStride + j * kRow + cb * 8);
+    for (int jj = 0; jj < kTiles; ++jj)
+      winograd_tile::add_outer_product(acc, Es + xi * kStride + jj * kRow + ob * 8,
+                                       Vs + xi * kStride + jj * kRow + cb * 8);
     __syncthreads();
   }
 
+  // Rows of 8 sums: two 16-byte stores where partial is 16-byte aligned and C keeps the rows so
+  // (c0 + cb * 8 is a multiple of 8).
   float* out = partial + (int64_t(slice) * 16 + xi) * t.OC * t.C;
+  const I c = c0 + cb * 8;
+  const bool by_16_bytes = t.C % 4 == 0 && c + 8 <= t.C &&
+                           reinterpret_cast<uintptr_t>(partial) % sizeof(float4) == 0;
 #pragma unroll
   for (int a = 0; a < 8; ++a) {
     const I o = oc0 + ob * 8 + a;
     if (o >= t.OC) break;
+    float* row = out + int64_t(o) * t.C + c;
+    if (by_16_bytes) {
+      reinterpret_cast<float4*>(row)[0] = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+      reinterpret_cast<float4*>(row)[1] = make_float4(acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
+    } else {
 #pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      const I c = c0 + cb * 8 + b;
-      if (c < t.C) out[int64_t(o) * t.C + c] = acc[a][b];
+      for (int b = 0; b < 8; ++b)
+        if (c + b < t.C) row[b] = acc[a][b];
     }
   }
 }
