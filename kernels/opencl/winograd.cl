@@ -31,26 +31,6 @@ inline void wino_input_transform(float d[4][4], float v[16]) {
   }
 }
 
-// The 4x4 block of tile `index` in channel c of x [N, C, H, W] (zeros when index >= total).
-inline void wino_load_block(__global const float* x, ulong x_off, uint index, uint total,
-                            uint c, uint C, uint H, uint W, int ph, int pw, uint TW, uint tiles,
-                            float d[4][4]) {
-  for (int r = 0; r < 4; ++r)
-    for (int k = 0; k < 4; ++k) d[r][k] = 0.0f;
-  if (index >= total) return;
-  const uint n = index / tiles, tile = index - n * tiles, ty = tile / TW, tx = tile - ty * TW;
-  const int y0 = 2 * (int)ty - ph, x0 = 2 * (int)tx - pw;
-  const ulong plane = x_off + ((ulong)n * C + c) * H * W;
-  for (int r = 0; r < 4; ++r) {
-    const int iy = y0 + r;
-    if (iy < 0 || iy >= (int)H) continue;
-    for (int k = 0; k < 4; ++k) {
-      const int ix = x0 + k;
-      if (ix >= 0 && ix < (int)W) d[r][k] = x[plane + (uint)iy * W + (uint)ix];
-    }
-  }
-}
-
 // U[xi][c][o] = (G k G^T)[xi], k the 3x3 kernel of output channel o and input channel c: w[o, c]
 // (w [OC, C, 3, 3]), or, when flipped (a data gradient: channels = the forward's OC), w[c, o]
 // turned by 180 degrees. One work-item per (c, o).
@@ -95,7 +75,30 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
   __local float* Ms = shared;                               // [16][OUT / 2][TILES]
   const int tid = get_local_id(0);
   const uint tile0 = get_group_id(0) * WINO_TILES, oc0 = get_group_id(1) * WINO_OUT;
+  // Each work-item's share of the fills is the same in every chunk, so that its addresses and
+  // bounds are worked out once (the CUDA kernel: index arithmetic was half its instructions).
+  // x: tile fill_tile's 4x4 block in channel fill_channel of each chunk; `inside` has bit
+  // r * 4 + k set where the block's element (r, k) lies in the image.
   const int fill_tile = tid % WINO_TILES, fill_channel = tid / WINO_TILES;
+  const uint fill_index = tile0 + fill_tile;
+  ulong x_sample = x_off;
+  long origin = 0;  // the block's top-left element in a channel's plane (may lie outside it)
+  uint inside = 0;
+  if (fill_index < total) {
+    const uint n = fill_index / tiles, tile = fill_index - n * tiles, ty = tile / TW;
+    const uint tx = tile - ty * TW;
+    const int y0 = 2 * (int)ty - ph, x0 = 2 * (int)tx - pw;
+    origin = (long)y0 * W + x0;
+    x_sample = x_off + (ulong)n * C * H * W;
+    for (int e = 0; e < 16; ++e) {
+      const int iy = y0 + e / 4, ix = x0 + e % 4;
+      if (iy >= 0 && iy < (int)H && ix >= 0 && ix < (int)W) inside |= 1u << e;
+    }
+  }
+  const ulong plane = (ulong)H * W;
+  // U: output channel oc0 + u_out and channel u_channel of the chunk, every xi (the k-th element
+  // of Us with k = tid + 256 * xi).
+  const int u_out = tid % WINO_OUT, u_channel = tid / WINO_OUT;
   const int xi = tid / 16, ob = (tid / 4) % 4, tb = tid % 4;
   float acc[8][8];
   for (int a = 0; a < 8; ++a)
@@ -103,18 +106,23 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
 
   for (uint c0 = 0; c0 < C; c0 += WINO_CHUNK) {
     {
-      float d[4][4], v[16];
       const uint c = c0 + fill_channel;
-      wino_load_block(x, x_off, c < C ? tile0 + fill_tile : total, total, c, C, H, W, ph, pw,
-                      TW, tiles, d);
+      const uint valid = c < C ? inside : 0u;
+      const long offset = (long)x_sample + (long)(valid ? c : 0) * (long)plane + origin;
+      float d[4][4], v[16];
+      for (int r = 0; r < 4; ++r)
+        for (int k = 0; k < 4; ++k)
+          d[r][k] = (valid >> (r * 4 + k)) & 1u ? x[offset + (long)r * W + k] : 0.0f;
       wino_input_transform(d, v);
       for (int e = 0; e < 16; ++e)
         Vs[(e * WINO_CHUNK + fill_channel) * WINO_TILES + fill_tile] = v[e];
     }
-    for (int k = tid; k < 16 * WINO_CHUNK * WINO_OUT; k += 256) {
-      const int o = k % WINO_OUT, cc = (k / WINO_OUT) % WINO_CHUNK, e = k / (WINO_OUT * WINO_CHUNK);
-      const uint c = c0 + cc, oc = oc0 + o;
-      Us[k] = c < C && oc < OC ? U[U_off + ((ulong)e * C + c) * OC + oc] : 0.0f;
+    {
+      const uint c = c0 + u_channel, oc = oc0 + u_out;
+      const int ok = c < C && oc < OC;
+      const ulong src = U_off + (ok ? (ulong)c * OC + oc : 0);
+      const ulong step = (ulong)C * OC;
+      for (int e = 0; e < 16; ++e) Us[tid + 256 * e] = ok ? U[src + e * step] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int cc = 0; cc < WINO_CHUNK; ++cc) {
@@ -130,6 +138,17 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 
+  // The inverse transform: work-item (tile j, output channels o0 + 8 i of each half).
+  const int j = tid % WINO_TILES, o0 = tid / WINO_TILES;
+  const uint index = tile0 + j;
+  uint oy = 0, ox = 0;
+  ulong y_tile = y_off;
+  if (index < total) {
+    const uint n = index / tiles, tile = index - n * tiles, ty = tile / TW, tx = tile - ty * TW;
+    oy = 2 * ty;
+    ox = 2 * tx;
+    y_tile = y_off + (ulong)n * OC * OH * OW + (ulong)oy * OW + ox;
+  }
   for (int part = 0; part < 2; ++part) {  // output channels part * 16 .. + 15
     if (ob / 2 == part)
       for (int a = 0; a < 8; ++a) {
@@ -138,10 +157,9 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
         vstore4((float4)(acc[a][4], acc[a][5], acc[a][6], acc[a][7]), 1, row);
       }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int k = tid; k < (WINO_OUT / 2) * WINO_TILES; k += 256) {
-      const int j = k % WINO_TILES, o = k / WINO_TILES;
-      const uint index = tile0 + j, oc = oc0 + part * (WINO_OUT / 2) + o;
-      if (index >= total || oc >= OC) continue;
+    for (int o = o0; o < WINO_OUT / 2 && index < total; o += 256 / WINO_TILES) {
+      const uint oc = oc0 + part * (WINO_OUT / 2) + o;
+      if (oc >= OC) break;
       float m[4][4];
       for (int e = 0; e < 16; ++e) m[e / 4][e % 4] = Ms[(e * (WINO_OUT / 2) + o) * WINO_TILES + j];
       float a[2][4];  // A^T m: rows m0 + m1 + m2, m1 - m2 - m3
@@ -150,13 +168,11 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
         a[1][q] = m[1][q] - m[2][q] - m[3][q];
       }
       const float b = has_bias ? bias[bias_off + oc] : 0.0f;
-      const uint n = index / tiles, tile = index - n * tiles, ty = tile / TW, tx = tile - ty * TW;
-      const ulong plane = y_off + ((ulong)n * OC + oc) * OH * OW;
+      const ulong out = y_tile + (ulong)oc * OH * OW;
       for (int r = 0; r < 2; ++r) {
-        const uint oy = 2 * ty + r, ox = 2 * tx;
-        if (oy >= OH) break;
-        y[plane + oy * OW + ox] = a[r][0] + a[r][1] + a[r][2] + b;
-        if (ox + 1 < OW) y[plane + oy * OW + ox + 1] = a[r][1] - a[r][2] - a[r][3] + b;
+        if (oy + r >= OH) break;
+        y[out + r * OW] = a[r][0] + a[r][1] + a[r][2] + b;
+        if (ox + 1 < OW) y[out + r * OW + 1] = a[r][1] - a[r][2] - a[r][3] + b;
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -190,20 +206,32 @@ void winograd_weight_partials(__global const float* x, ulong x_off, __global con
     {  // one (tile, channel) a work-item: WINO_GRAD_TILES x 32 = 256
       const int j = tid % WINO_GRAD_TILES, ch = tid / WINO_GRAD_TILES;
       const uint index = chunk + j;
-      float e[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-      if (index < last && oc0 + ch < OC) {
+      // dy's 2x2 block (bit r * 2 + k) and x's 4x4 block (bit r * 4 + k) inside their images,
+      // the tile decomposed once for both.
+      uint dy_valid = 0, x_valid = 0;
+      long dy_offset = 0, x_offset = 0;
+      if (index < last) {
         const uint n = index / tiles, tile = index - n * tiles, ty = tile / TW;
         const uint tx = tile - ty * TW;
-        const ulong plane = dy_off + ((ulong)n * OC + oc0 + ch) * OH * OW;
-        for (int r = 0; r < 2; ++r) {
-          const uint oy = 2 * ty + r;
-          if (oy >= OH) break;
-          for (int k = 0; k < 2; ++k) {
-            const uint ox = 2 * tx + k;
-            if (ox < OW) e[r][k] = dy[plane + oy * OW + ox];
+        const int oy = 2 * (int)ty, ox = 2 * (int)tx, y0 = oy - ph, x0 = ox - pw;
+        if (oc0 + ch < OC) {
+          for (int e = 0; e < 4; ++e)
+            if (oy + e / 2 < (int)OH && ox + e % 2 < (int)OW) dy_valid |= 1u << e;
+          dy_offset = (long)dy_off + (long)(((ulong)n * OC + oc0 + ch) * OH * OW) +
+                      (long)oy * OW + ox;
+        }
+        if (c0 + ch < C) {
+          for (int e = 0; e < 16; ++e) {
+            const int iy = y0 + e / 4, ix = x0 + e % 4;
+            if (iy >= 0 && iy < (int)H && ix >= 0 && ix < (int)W) x_valid |= 1u << e;
           }
+          x_offset = (long)x_off + (long)(((ulong)n * C + c0 + ch) * H * W) + (long)y0 * W + x0;
         }
       }
+      float e[2][2];
+      for (int r = 0; r < 2; ++r)
+        for (int k = 0; k < 2; ++k)
+          e[r][k] = (dy_valid >> (r * 2 + k)) & 1u ? dy[dy_offset + (long)r * OW + k] : 0.0f;
       float a[4][2];  // A e: rows e0, e0 + e1, e0 - e1, -e1; then (A e) A^T
       for (int k = 0; k < 2; ++k) {
         a[0][k] = e[0][k];
@@ -219,8 +247,9 @@ void winograd_weight_partials(__global const float* x, ulong x_off, __global con
         e_out[(r * 4 + 3) * stride] = -a[r][1];
       }
       float d[4][4], v[16];
-      wino_load_block(x, x_off, index < last && c0 + ch < C ? index : total, total, c0 + ch, C,
-                      H, W, ph, pw, TW, tiles, d);
+      for (int r = 0; r < 4; ++r)
+        for (int k = 0; k < 4; ++k)
+          d[r][k] = (x_valid >> (r * 4 + k)) & 1u ? x[x_offset + (long)r * W + k] : 0.0f;
       wino_input_transform(d, v);
       __local float* v_out = Vs + j * WINO_ROW + ch;
       for (int k = 0; k < 16; ++k) v_out[k * stride] = v[k];
