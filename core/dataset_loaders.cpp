@@ -11,6 +11,7 @@
 #include "trident/core/files.h"
 #include "trident/core/finite.h"
 #include "trident/core/idx.h"
+#include "trident/core/log.h"
 #include "trident/core/npy.h"
 #include "trident/core/zip.h"
 
@@ -155,6 +156,14 @@ void take_samples(RawSplit& s, NpyArray& a) {
   check_nonempty(s.samples_name, h.shape);
   s.dtype = u8 ? DType::u8 : DType::f32;
   s.sample_shape = sample_shape_of(a.shape);
+  // N x H x W x C (Keras' and TensorFlow's layout) reads as C = H channels of H x W images:
+  // it trains, so say what it looks like.
+  const std::vector<int64_t>& d = h.shape;
+  if (d.size() == 4 && (d[3] == 1 || d[3] == 3 || d[3] == 4) && d[1] > 4 && d[2] > 4)
+    log_warning(s.samples_name + ": samples " + dims_text(d) + " are read as N x C x H x W (" +
+                std::to_string(d[1]) + " channels of " + std::to_string(d[2]) + " x " +
+                std::to_string(d[3]) + "); if they are N x H x W x C, store "
+                "np.transpose(x, (0, 3, 1, 2)) instead");
   if (f32) {
     const size_t numel = a.bytes.size() / 4, per_sample = numel / static_cast<size_t>(std::max<int64_t>(a.shape[0], 1));
     const int64_t bad = first_non_finite(a.bytes.data(), static_cast<int64_t>(numel));

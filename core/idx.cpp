@@ -155,7 +155,7 @@ MnistSplits load_mnist_directory(const std::string& dir, float mean, float std, 
 std::string default_data_directory() {
   const char* env = std::getenv("TRIDENT_DATA");
   if (env != nullptr && env[0] != '\0') return env;
-  return "/usr/share/datasets/fashion-mnist";
+  return kFashionMnistDirectory;
 }
 
 }  // namespace trident

@@ -53,7 +53,10 @@ struct MnistSplits {
 MnistSplits load_mnist_directory(const std::string& dir, float mean = 0.1307f, float std = 0.3081f,
                                  int classes = 10, int64_t train_limit = 0, int64_t test_limit = 0);
 
-// $TRIDENT_DATA if set and non-empty, else /usr/share/datasets/fashion-mnist.
+// Where Debian's dataset-fashion-mnist package puts Fashion-MNIST (scripts/install_deps.sh).
+inline constexpr const char* kFashionMnistDirectory = "/usr/share/datasets/fashion-mnist";
+
+// $TRIDENT_DATA if set and non-empty, else kFashionMnistDirectory.
 std::string default_data_directory();
 
 }  // namespace trident

@@ -105,15 +105,20 @@ Device& DeviceRegistry::backend_default(const BackendEntry& entry) const {
   return *entry.devices.front();
 }
 
+std::string DeviceRegistry::backend_names() const {
+  std::string names;
+  for (const auto& b : backends_) names += (names.empty() ? "" : ", ") + b.name;
+  return names;
+}
+
 Device& DeviceRegistry::device(const std::string& spec) const {
   const auto colon = spec.find(':');
   const std::string backend = spec.substr(0, colon);
   const BackendEntry* entry = find_backend(backend);
   if (!entry) {
-    std::string names;
-    for (const auto& b : backends_) names += (names.empty() ? "" : ", ") + b.name;
     throw DeviceNotFound("unknown backend '" + backend + "' in device name '" + spec +
-                         "'; compiled-in backends: " + names + ".\nAvailable:\n" + describe());
+                         "'; compiled-in backends: " + backend_names() + ".\nAvailable:\n" +
+                         describe());
   }
   if (colon == std::string::npos) return backend_default(*entry);
   const std::string index_text = spec.substr(colon + 1);
@@ -155,7 +160,10 @@ std::vector<Device*> DeviceRegistry::device_list(const std::string& list) const 
 
 Device& DeviceRegistry::default_device() const {
   if (auto backend = env_string("TRIDENT_BACKEND")) {
-    if (!find_backend(*backend)) return device(*backend);  // throws, listing the backends
+    if (!find_backend(*backend)) {
+      throw DeviceNotFound("TRIDENT_BACKEND='" + *backend + "' names no backend; compiled-in " +
+                           "backends: " + backend_names() + ".\nAvailable:\n" + describe());
+    }
     return backend_default(*find_backend(*backend));
   }
   if (auto* cuda = find_backend("cuda"); cuda && !cuda->devices.empty()) return *cuda->devices[0];

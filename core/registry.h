@@ -97,6 +97,7 @@ class DeviceRegistry {
 
  private:
   const BackendEntry* find_backend(const std::string& name) const;
+  std::string backend_names() const;  // "cpu, cuda, opencl": the compiled-in backends
   Device& backend_default(const BackendEntry& entry) const;
   DiscoveryScope scope_;
   std::vector<BackendEntry> backends_;

@@ -48,10 +48,36 @@ DatasetSplits load_data(const CliTrainSettings& s, const ModelRecipe& recipe) {
   DatasetLoadOptions options;
   options.train_limit = s.train_limit;
   options.test_limit = s.test_limit;
+  // --classes, else the data's: Fashion-MNIST's 10 for the built-in default (a --train-limit
+  // run may not meet every label), the largest label + 1 for any other data.
+  options.classes = s.classes > 0 ? s.classes : source == kFashionMnistDirectory ? 10 : 0;
   DatasetSplits data = load_dataset(source, options);
   for (Dataset* split : {&data.train, &data.test})
     if (split->dtype() == DType::u8) split->set_normalization({true, {recipe.mean}, {recipe.std}});
   return data;
+}
+
+// The classes a model trained on data has: the data's (load_data: --classes or the labels), or,
+// when a checkpoint or weights file is loaded into it, the file's (whose last layer fixes them),
+// with data whose labels reach past them an error.
+int64_t model_classes(const DatasetSplits& data, const ModelRecipe& recipe,
+                      const ModelFile* file) {
+  const int64_t in_data = std::max(data.train.classes(), data.test.classes());
+  if (!file) return in_data;
+  const int64_t in_file = classes_in_file(recipe, *file);
+  if (in_data > in_file)
+    throw UsageError(data.source + " has labels up to " + std::to_string(in_data - 1) + ", but " +
+                     file->path + " holds a model with " + std::to_string(in_file) +
+                     " classes (0 .. " + std::to_string(in_file - 1) + ")");
+  return in_file;
+}
+
+// How many classes have no training sample: a run whose labels are sparse (e.g. one label of
+// 1000000) would build that many outputs without a word.
+int64_t classes_without_samples(const Dataset& train, int64_t classes) {
+  std::vector<char> seen(size_t(classes), 0);
+  for (const int32_t label : train.labels()) seen[size_t(label)] = 1;
+  return classes - std::count(seen.begin(), seen.end(), char{1});
 }
 
 // The recipe's settings, overridden by the options given on the command line.
@@ -82,9 +108,19 @@ TrainOptions train_options(const CliArgs& a, const CliTrainSettings& s, const Mo
   if (a.has("--gamma")) o.schedule.gamma = s.gamma;
   if (a.has("--warmup-steps")) o.schedule.warmup_steps = s.warmup_steps;
   if (a.has("--step-epochs")) o.schedule.step_epochs = s.step_epochs;
-  if (o.schedule.kind == "onecycle" && !a.has("--lr"))  // OneCycleLR sets the lr itself
+  if (o.schedule.kind == "onecycle") {  // OneCycleLR sets the lr itself, from max_lr
+    if (a.has("--lr")) {
+      std::ostringstream peak;
+      peak << o.schedule.max_lr;
+      throw UsageError("--lr has no effect with the onecycle schedule" +
+                       std::string(a.has("--schedule") ? "" : " (--model " + r.name + "'s)") +
+                       ": its learning rate rises from --max-lr / 25 to --max-lr (" + peak.str() +
+                       ") and falls again; pass --max-lr, or --schedule none|step|cosine to "
+                       "train at --lr");
+    }
     o.optimizer.lr = o.schedule.max_lr > 0.0f ? o.schedule.max_lr / o.schedule.div_factor
                                               : o.optimizer.lr;
+  }
   o.loss = a.has("--loss") ? s.loss : r.loss;
   o.label_smoothing = s.label_smoothing;
   if (s.augment) {
@@ -208,7 +244,9 @@ int cmd_devices(std::ostream& out) {
       out << "\n";
     }
   }
-  out << "default device: " << DeviceRegistry::global().default_device().info().id() << "\n";
+  // Chosen before the line starts: an unknown TRIDENT_BACKEND ends the listing with its error.
+  const std::string chosen = DeviceRegistry::global().default_device().info().id();
+  out << "default device: " << chosen << "\n";
   return 0;
 }
 
@@ -230,7 +268,12 @@ int train_with(const CliArgs& a, const CliTrainSettings& settings, const Process
   DeviceRegistry::limit_global_discovery(process_discovery_scope(list, group));
   const std::vector<Device*> devices = process_devices(DeviceRegistry::global(), list, group);
   const DatasetSplits data = load_data(settings, recipe);
-  const int64_t classes = std::max<int64_t>(10, std::max(data.train.classes(), data.test.classes()));
+  std::optional<ModelFile> resumed;
+  if (settings.resume) resumed = read_model_file(checkpoint, recipe.name);
+  const int64_t classes = model_classes(data, recipe, resumed ? &*resumed : nullptr);
+  if (const int64_t empty = classes_without_samples(data.train, classes); 2 * empty > classes)
+    err << "trident: warning: " << empty << " of the " << classes << " classes have no training "
+        << "sample (labels 0 .. " << classes - 1 << "); pass --classes N if there are N\n";
   apply_split(settings, devices, options);
   Trainer trainer(devices, recipe.factory(classes), data, options);
   if (!trainer.balance_report().empty()) err << trainer.balance_report() << "\n";
@@ -247,9 +290,14 @@ int train_with(const CliArgs& a, const CliTrainSettings& settings, const Process
         << " parameters) on " << device_names
         << (group.size > 1 ? " (process 0 of " + std::to_string(group.size) + ")" : "") << ", "
         << data.train.size() << " samples of " << shape_string(data.train.sample_shape())
-        << " from " << data.source << ", batch " << options.batch << ", "
-        << options.optimizer.kind << " lr " << options.optimizer.lr;
-    if (options.schedule.kind != "none") err << " (" << options.schedule.kind << " schedule)";
+        << " in " << classes << " classes from " << data.source << ", batch " << options.batch
+        << ", " << options.optimizer.kind;
+    if (options.schedule.kind == "onecycle")
+      err << " max lr " << options.schedule.max_lr << " (onecycle schedule)";
+    else
+      err << " lr " << options.optimizer.lr;
+    if (options.schedule.kind != "none" && options.schedule.kind != "onecycle")
+      err << " (" << options.schedule.kind << " schedule)";
     err << ", " << loss_name(trainer.loss().kind) << " loss, " << precision_name(trainer.precision());
     if (options.augment.enabled()) err << ", augmented";
     if (devices.size() > 1 || group.size > 1)
@@ -337,9 +385,7 @@ int cmd_eval(const Args& a, std::ostream& out, std::ostream& /*err*/) {
   settings.train_limit = 1;  // the training split is not used: read a single sample of it
   const DatasetSplits data = load_data(settings, recipe);
   options.batch = 1;  // the trainer is used for evaluation only
-  const int64_t classes = std::max(
-      model_file.checkpoint ? int64_t{10} : classes_in_file(recipe, model_file),
-      std::max<int64_t>(data.train.classes(), data.test.classes()));
+  const int64_t classes = model_classes(data, recipe, &model_file);
   Trainer trainer(devices, recipe.factory(classes), data, options);
   if (model_file.checkpoint)
     trainer.load_checkpoint(checkpoint);
@@ -386,6 +432,9 @@ int run_cli(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
     if (a.command == "eval") return cmd_eval(a, out, err);
     throw UsageError("unknown command '" + json::escape_for_message(a.command) + "'\n" + kCliUsage);
   } catch (const UsageError& e) {
+    err << "trident: " << e.what() << "\n";
+    return 2;
+  } catch (const DeviceNotFound& e) {  // a device or backend name that names nothing here
     err << "trident: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {

@@ -35,7 +35,7 @@ train options (a model's recipe gives the defaults of the training options; see 
   --batch N                 global batch size, split across devices
   --optimizer sgd|adam|adamw  optimizer; switching kind starts from its defaults (lr 0.01 for
                             sgd, 0.001 for adam and adamw)
-  --lr X                    learning rate (a schedule's base)
+  --lr X                    learning rate (a schedule's base; onecycle takes --max-lr instead)
   --momentum X              SGD momentum
   --nesterov, --no-nesterov Nesterov momentum (SGD) on or off
   --weight-decay X          weight decay (L2 for sgd and adam, decoupled for adamw)
@@ -69,11 +69,14 @@ train options (a model's recipe gives the defaults of the training options; see 
   --no-capture              run every step eagerly (no CUDA graph replay)
   --train-limit N           use only the first N training samples (quick runs)
   --test-limit N            use only the first N test samples
+  --classes N               the model's outputs (default: the largest label + 1 of either split;
+                            10 for the default Fashion-MNIST directory); labels must be below it
   --allow-nonfinite         keep training when an epoch's loss is NaN or infinite (default: stop, exit 1)
   --json                    print one JSON object per epoch on stdout
 
 eval options: --checkpoint FILE, --model, --data, --devices (or --device: the first is used),
-  --precision, --test-limit, --loss, --label-smoothing, --no-capture, --json, as for train
+  --precision, --test-limit, --loss, --label-smoothing, --no-capture, --json, as for train (the
+  model's classes are the file's)
 
 predict options (trident predict --checkpoint FILE [options] INPUT...):
   INPUT                     a PNG or PGM (P2, P5) image, or a .npy batch (uint8 or float32,
@@ -122,7 +125,7 @@ const std::map<std::string, bool>& known_options() {
       {"--split", true},
       {"--device", true},      {"--top", true},         {"--labels", true},
       {"--resize", false},     {"--outputs", true},     {"--output", true},
-      {"--dtype", true}};
+      {"--dtype", true},       {"--classes", true}};
   return known;
 }
 
@@ -260,8 +263,11 @@ CliTrainSettings train_settings(const CliArgs& a) {
   s.seed = static_cast<uint64_t>(a.get_int("--seed", 1, 0));
   s.train_limit = a.get_int("--train-limit", 0, 1);
   s.test_limit = a.get_int("--test-limit", 0, 1);
+  s.classes = a.get_int("--classes", 0, 1);
   s.lr = a.get_float("--lr", s.optimizer == "sgd" ? 0.01f : 0.001f, 0.0f);
   s.momentum = a.get_float("--momentum", s.momentum, 0.0f);
+  if (s.momentum >= 1.0f)
+    throw UsageError("--momentum '" + a.get("--momentum", "") + "' must be below 1");
   s.weight_decay = a.get_float("--weight-decay", s.weight_decay, 0.0f);
   s.schedule = a.get("--schedule", s.schedule);
   s.max_lr = a.get_float("--max-lr", s.max_lr, 0.0f);

@@ -46,6 +46,7 @@ struct CliTrainSettings {
   std::string precision;           // "" : TRIDENT_PRECISION or fp32 (checked)
   bool sync_given = false;         // --sync was given (else the set decides: see cli.cpp)
   int64_t epochs = 1, batch = 200, train_limit = 0, test_limit = 0, average_every = 0;
+  int64_t classes = 0;             // 0: the data's (the largest label + 1 of either split)
   int64_t warmup_steps = 0, step_epochs = 1, crop_padding = 2;
   uint64_t seed = 1;
   float lr = 0.01f, momentum = 0.5f, weight_decay = 0.0f, max_lr = 0.0f, min_lr = 0.0f,

@@ -92,6 +92,10 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
     throw UsageError("the training set (" + train.source() + ") has " +
                      std::to_string(train_count_) + " samples, fewer than one batch of " +
                      std::to_string(options_.batch));
+  if (test_count_ == 0)  // else the shape check below would name the empty split's shape []
+    throw UsageError("the test split has no samples" +
+                     (test.source().empty() ? std::string() : " (" + test.source() + ")") +
+                     ": the Trainer evaluates on it; give it test samples (a few will do)");
   if (test.sample_shape() != train.sample_shape())
     throw ShapeError("the test samples (" + test.source() + ") have shape " +
                      shape_string(test.sample_shape()) + ", the training samples (" +

@@ -390,7 +390,7 @@ TEST_CASE("dataset: trident train --data FILE.npz", "[dataset][npz][cli]") {
   const CliResult r = cli({"train", "--model", "mlp", "--batch", "100", "--data", dir.file("mnist.npz"),
                            "--devices", "cpu:0", "--json"});
   CHECK(r.status == 0);
-  CHECK_THAT(r.err, Contains("200 samples of [1, 28, 28] from") && Contains("mnist.npz"));
+  CHECK_THAT(r.err, Contains("200 samples of [1, 28, 28] in 10 classes from") && Contains("mnist.npz"));
   CHECK_THAT(r.out, Contains("\"epoch\": 1"));
 
   members[0].data = npy_bytes("|u1", "(200, 3, 28, 28)", Bytes(200 * 3 * 784));

@@ -294,9 +294,13 @@ TEST_CASE("safetensors writes atomically", "[safetensors]") {
     CHECK(loaded.tensors.size() == small.tensors.size());
     CHECK(dir.listing() == std::vector<std::string>{"ckpt.safetensors"});
   }
-  SECTION("a rename that fails (target is a directory) removes the temporary") {
+  SECTION("a directory as the target: refused by name before a temporary is made") {
     fs::create_directory(dir.path / "taken");
-    CHECK_THROWS_AS(trident::save_safetensors(dir.file("taken"), small), trident::Error);
+    CHECK_THROWS_WITH(trident::save_safetensors(dir.file("taken"), small),
+                      Catch::Contains(dir.file("taken")) && Catch::Contains("is a directory"));
+    CHECK_THROWS_WITH(trident::save_safetensors(dir.file("taken") + "/", small),
+                      Catch::Contains("is a directory"));
+    CHECK_THROWS_WITH(trident::save_safetensors("", small), Catch::Contains("empty"));
     CHECK(dir.listing() == std::vector<std::string>{"taken"});
   }
 #ifndef _WIN32
