@@ -25,28 +25,6 @@ namespace {
 
 std::string shown(const std::string& text) { return json::quote_for_message(text); }
 
-// "[1, 28, 28]" (shape_string's form) -> {1, 28, 28}.
-Shape parse_sample_shape(const std::string& path, const std::string& text) {
-  Shape shape;
-  const auto bad = [&]() -> FormatError {
-    return FormatError(path + ": metadata 'sample_shape' = " + shown(text) +
-                       " is not a shape such as [1, 28, 28]");
-  };
-  if (text.size() < 3 || text.front() != '[' || text.back() != ']') throw bad();
-  std::stringstream items(text.substr(1, text.size() - 2));
-  for (std::string item; std::getline(items, item, ',');) {
-    const size_t first = item.find_first_not_of(' '), last = item.find_last_not_of(' ');
-    if (first == std::string::npos) throw bad();
-    item = item.substr(first, last - first + 1);
-    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
-      throw bad();
-    shape.push_back(std::stoll(item));
-    if (shape.back() < 1) throw bad();
-  }
-  if (shape.empty() || shape.size() > 3) throw bad();
-  return shape;
-}
-
 // A sample shape as [C, H, W] ([H, W] -> [1, H, W], [D] -> [1, 1, D]).
 Shape as_image(const Shape& s) {
   if (s.size() == 3) return s;
@@ -198,9 +176,7 @@ ModelFile read_model_file(const std::string& path, const std::string& model_opti
   if (m.model.empty())
     throw UsageError(path + " does not say which model it holds (no 'model' in its metadata: "
                      "weights saved by PyTorch?); pass --model NAME (" + model_names() + ")");
-  auto sample = m.file.metadata.find("sample_shape");
-  m.sample_shape = sample != m.file.metadata.end() ? parse_sample_shape(path, sample->second)
-                                                   : Shape{1, 28, 28};
+  m.sample_shape = file_sample_shape(m.file, path).value_or(Shape{1, 28, 28});
   return m;
 }
 

@@ -48,8 +48,12 @@ Predictor::Predictor(const ModelFactory& factory, Device& device, const std::str
                      PredictorOptions options) {
   if (!factory) throw UsageError("Predictor: no model factory");
   network_ = factory();
-  network_.build(device, options.sample_shape, 0, /*training=*/false);
-  load_weights(network_, weights_path, /*strict=*/true);
+  const TensorFile file = load_safetensors(weights_path);
+  const Shape sample = !options.sample_shape.empty()
+                           ? options.sample_shape
+                           : file_sample_shape(file, weights_path).value_or(Shape{1, 28, 28});
+  network_.build(device, sample, 0, /*training=*/false);
+  load_weights(network_, file, weights_path, /*strict=*/true);
   init(options);
 }
 

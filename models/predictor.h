@@ -33,7 +33,9 @@ using ModelFactory = std::function<Network()>;  // as the Trainer takes (models/
 
 struct PredictorOptions {
   // The shape of one sample (no batch dimension); used when the Predictor builds the network.
-  Shape sample_shape = {1, 28, 28};
+  // Empty: the weights file's "sample_shape" metadata (training checkpoints and save_weights'
+  // files carry it), else [1, 28, 28] (a file from PyTorch has none).
+  Shape sample_shape;
   // How a uint8 image becomes a model input: (x / 255 - mean[c]) / std[c] (core/dataset.h;
   // one value for every channel, or one per channel). float32 inputs are taken as they are.
   Normalization normalization{true, {0.0f}, {1.0f}};
@@ -53,8 +55,8 @@ struct Prediction {
 
 class Predictor {
  public:
-  // A fresh network from `factory`, built on `device` for inference with options.sample_shape,
-  // its weights loaded from a safetensors state dict or training checkpoint (load_weights,
+  // A fresh network from `factory`, built on `device` for inference with options.sample_shape
+  // (or the file's), its weights loaded from a safetensors state dict or training checkpoint (load_weights,
   // strict: every parameter and buffer must be in the file, with the model's shapes).
   Predictor(const ModelFactory& factory, Device& device, const std::string& weights_path,
             PredictorOptions options = {});

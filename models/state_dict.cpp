@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -370,6 +371,30 @@ StateDictReport load_weights(Network& network, const TensorFile& file, const std
     throw FormatError(std::string(e.what()) + " (the file's metadata says it holds model " +
                       quoted(model->second) + ")");
   }
+}
+
+std::optional<Shape> file_sample_shape(const TensorFile& file, const std::string& path) {
+  const auto found = file.metadata.find("sample_shape");
+  if (found == file.metadata.end()) return std::nullopt;
+  const std::string& text = found->second;
+  Shape shape;
+  const auto bad = [&]() -> FormatError {
+    return FormatError(path + ": metadata 'sample_shape' = " + json::quote_for_message(text) +
+                       " is not a shape such as [1, 28, 28]");
+  };
+  if (text.size() < 3 || text.front() != '[' || text.back() != ']') throw bad();
+  std::stringstream items(text.substr(1, text.size() - 2));
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t first = item.find_first_not_of(' '), last = item.find_last_not_of(' ');
+    if (first == std::string::npos) throw bad();
+    item = item.substr(first, last - first + 1);
+    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
+      throw bad();
+    shape.push_back(std::stoll(item));
+    if (shape.back() < 1) throw bad();
+  }
+  if (shape.empty() || shape.size() > 3) throw bad();
+  return shape;
 }
 
 }  // namespace trident

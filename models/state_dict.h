@@ -5,6 +5,7 @@
 //   save_weights(net, "w.safetensors");          // PyTorch: m.load_state_dict(load_file(p))
 //   load_weights(net, "from_torch.safetensors"); // save_file(m.state_dict(), p) in PyTorch
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ StateDictReport load_weights(Network& network, const std::string& path, bool str
 // The same from a file already read (`source` names it in messages).
 StateDictReport load_weights(Network& network, const TensorFile& file, const std::string& source,
                              bool strict = true);
+
+// The file's metadata "sample_shape" ("[1, 28, 28]": checkpoints and save_weights' files carry
+// it), or nullopt without one; FormatError naming `path` when it is not such a shape.
+std::optional<Shape> file_sample_shape(const TensorFile& file, const std::string& path);
 
 // True when the file's metadata marks a Trident training checkpoint (weights plus optimizer
 // state, counters and settings), false for a weights-only file.

@@ -242,6 +242,22 @@ TEST_CASE("predictor: a captured forward is recorded once per batch size and rep
   CHECK(eager.captured_batch_sizes() == 0);
 }
 
+TEST_CASE("predictor: the sample shape comes from the weights file unless given",
+          "[predictor]") {
+  ScratchDir dir("predict-shape");
+  const ModelRecipe& recipe = find_model("cnn");
+  Network net = recipe.make(4);
+  net.build(cpu(), {3, 20, 20}, 9, false);
+  const std::string path = dir.file("w.safetensors");
+  save_weights(net, path);  // metadata sample_shape "[3, 20, 20]"
+  Predictor p(recipe.factory(4), cpu(), path, options_for(recipe));
+  CHECK(p.sample_shape() == Shape{3, 20, 20});
+  CHECK(p.classes() == 4);
+  PredictorOptions wrong = options_for(recipe);
+  wrong.sample_shape = {1, 28, 28};  // given: it wins, and the weights do not fit it
+  CHECK_THROWS_WITH(Predictor(recipe.factory(4), cpu(), path, wrong), Catch::Contains("shape"));
+}
+
 TEST_CASE("predictor: probabilities, top-k, and inputs it refuses", "[predictor]") {
   ScratchDir dir("predict-misc");
   const ModelRecipe& recipe = find_model("mlp");  // ends in LogSoftmax
@@ -344,7 +360,7 @@ TEST_CASE("predictor: a network built in bf16 or fp16 takes float32 and byte inp
   const auto predictor_on = [&](Device& device, Precision precision) {
     Network net = recipe.factory()();
     net.set_precision(precision);
-    net.build(device, options.sample_shape, 0, /*training=*/false);
+    net.build(device, Shape{1, 28, 28}, 0, /*training=*/false);
     load_weights(net, path, /*strict=*/true);
     return std::make_unique<Predictor>(std::move(net), options);
   };
