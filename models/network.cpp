@@ -325,7 +325,8 @@ std::string Network::summary() const {
     const Layer& layer = root_.layer(i);
     if (built()) shape = layer.output_shape(shape);
     out << "  " << layer.name() << " (" << layer.kind() << ")";
-    if (built()) out << " -> " << shape_string(shape);
+    if (built())  // a sample's shape: the batch is the caller's
+      out << " -> " << shape_string(Shape(shape.begin() + 1, shape.end()));
     out << "\n";
   }
   return out.str();

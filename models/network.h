@@ -117,6 +117,7 @@ class Network {
   const std::vector<std::string>& batchnorm_names() const { return batchnorm_names_; }
   int64_t batches_tracked() const { return batches_tracked_; }
   void set_batches_tracked(int64_t count) { batches_tracked_ = count; }
+  // One line per layer: its name, kind and, once built, the shape of one sample it outputs.
   std::string summary() const;
 
   // ---- low level: the steps a Trainer or Predictor runs -----------------------------------

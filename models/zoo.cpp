@@ -128,7 +128,8 @@ std::string model_names() {
 const ModelRecipe& find_model(const std::string& name) {
   for (const ModelRecipe& r : model_zoo())
     if (r.name == name) return r;
-  throw UsageError("unknown model '" + name + "' (built-in models: " + model_names() + ")");
+  throw UsageError("unknown model '" + name + "' (built-in models: " + model_names() +
+                   "; a network of your own runs through the library: Trainer, Predictor)");
 }
 
 }  // namespace trident

@@ -230,6 +230,10 @@ TEST_CASE("models: shapes are inferred from the samples, and bad ones are named"
   CHECK(net.output_sample_shape() == Shape{4});
   for (const NamedParameter& p : net.named_parameters())
     if (p.name == "fc1.weight") CHECK(p.shape == Shape{6, 8});  // in_features inferred
+  // The summary shows each layer's output per sample (the build's batch of 1 is not a sample's).
+  const std::string summary = net.summary();
+  CHECK_THAT(summary, Catch::Contains("conv1 (Conv2d) -> [4, 6, 6]") &&
+                          !Catch::Contains("-> [1, "));
 
   Network wrong("wrong");
   wrong.add("flatten", Flatten());
