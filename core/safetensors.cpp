@@ -278,9 +278,9 @@ void save_safetensors(const std::string& path, const TensorFile& file) {
   const std::string fail_prefix = "save_safetensors: cannot write " + path + ": ";
   const std::string untouched = "; any previous file there is unchanged";
   // Before the temporary: for "/tmp" it would go to "/" and only the rename would fail.
-  std::error_code kind;
+  std::error_code ignored;  // a path that cannot be inspected fails below, when it is opened
   if (path.empty()) throw Error("save_safetensors: the file name is empty");
-  if (fs::is_directory(target, kind)) throw Error(fail_prefix + "it is a directory");
+  if (fs::is_directory(target, ignored)) throw Error(fail_prefix + "it is a directory");
 
   TempFile tmp;
   for (int attempt = 0; tmp.f == nullptr; ++attempt) {

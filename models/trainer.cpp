@@ -95,7 +95,7 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
   if (test_count_ == 0)  // else the shape check below would name the empty split's shape []
     throw UsageError("the test split has no samples" +
                      (test.source().empty() ? std::string() : " (" + test.source() + ")") +
-                     ": the Trainer evaluates on it; give it test samples (a few will do)");
+                     ": Trainer::evaluate runs on it; give it test samples (a few will do)");
   if (test.sample_shape() != train.sample_shape())
     throw ShapeError("the test samples (" + test.source() + ") have shape " +
                      shape_string(test.sample_shape()) + ", the training samples (" +
