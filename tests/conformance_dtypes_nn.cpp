@@ -65,7 +65,8 @@ Pool2dShape pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
 std::vector<Pool2dShape> pool_shapes() {
   return {pool(2, 3, 7, 9, 2, 2, 2, 2), pool(2, 10, 24, 24, 2, 2, 2, 2), pool(1, 2, 5, 5, 3, 3, 2, 2),
           pool(1, 2, 6, 7, 3, 3, 1, 1), pool(2, 3, 9, 8, 3, 3, 2, 2, 1, 1),
-          pool(2, 2, 7, 10, 2, 4, 1, 3, 1, 2), pool(4, 16, 7, 7, 7, 7, 1, 1)};
+          pool(2, 2, 7, 10, 2, 4, 1, 3, 1, 2), pool(4, 16, 7, 7, 7, 7, 1, 1),
+          pool(2, 3, 9, 6, 3, 3, 3, 3), pool(2, 4, 6, 10, 2, 2, 2, 2)};  // windows tiling the plane
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -183,8 +184,10 @@ TEST_CASE("conformance 16-bit: max pooling (exact values and first-maximum argma
   FOR_EACH_HALF_DEVICE(t, device) {
     uint32_t seed = 4300;
     for (const bool relu : {false, true})
-      for (Pool2dShape s : pool_shapes()) {
+      for (Pool2dShape s : pool_shapes())
+      for (const size_t shift : {size_t(1), size_t(0)}) {  // 0: x and dx pair-aligned
         s.relu = relu;
+        INFO("x and dx at offset " << shift);
         INFO("pool N=" << s.batch << " C=" << s.channels << " H=" << s.height << " W=" << s.width
                        << " kernel=" << s.kernel_h << "x" << s.kernel_w << " stride=" << s.stride_h
                        << "x" << s.stride_w << " pad=" << s.pad_h << " relu=" << relu);
@@ -194,7 +197,7 @@ TEST_CASE("conformance 16-bit: max pooling (exact values and first-maximum argma
         std::vector<float> y_want(out);
         std::vector<int32_t> argmax_want(out);
         reference::maxpool2d_forward(s, x.data(), y_want.data(), argmax_want.data());
-        FencedBuffer dx(*device, t, x, 1), dy(*device, t, nans(out), 2);
+        FencedBuffer dx(*device, t, x, shift), dy(*device, t, nans(out), 2);
         Tensor argmax = Tensor::empty(*device, {int64_t(out)}, DType::i32);
         device->maxpool2d_forward(s, dx.tensor(), dy.tensor(), argmax);
         TRIDENT_CHECK_EXACT(dy.values(), y_want);
@@ -207,7 +210,7 @@ TEST_CASE("conformance 16-bit: max pooling (exact values and first-maximum argma
         const std::vector<float> abs_grad = absolute(grad);
         reference::maxpool2d_backward(s, abs_grad.data(), argmax_want.data(), s_dx.data());
         const int64_t overlap = ceil_div(s.kernel_h, s.stride_h) * ceil_div(s.kernel_w, s.stride_w);
-        FencedBuffer dgrad(*device, t, grad, 3), dgrad_x(*device, t, nans(in), 1);
+        FencedBuffer dgrad(*device, t, grad, 3), dgrad_x(*device, t, nans(in), shift);
         device->maxpool2d_backward(s, dgrad.tensor(), upload(*device, argmax_want), dgrad_x.tensor());
         TRIDENT_CHECK_BOUNDED(dgrad_x.values(), dx_want, error_bounds(t, t, {0, 1.0, overlap}, dx_want, to_double(s_dx)));
         CHECK(dgrad_x.guard_damage() == 0);

@@ -46,6 +46,7 @@ std::vector<Pool2dShape> pool_shapes() {
       pool(2, 2, 7, 10, 2, 4, 1, 3, 1, 2),                         // rectangular everything
       pool(4, 16, 7, 7, 7, 7, 1, 1),                               // global pooling
       pool(3, 5, 1, 1, 1, 1, 1, 1),                                // 1x1 planes
+      pool(2, 3, 9, 6, 3, 3, 3, 3), pool(2, 4, 6, 10, 2, 2, 2, 2),  // windows tiling the plane
   };
 }
 
@@ -63,9 +64,10 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
   FOR_EACH_DEVICE(device) {
     uint32_t seed = 700;
     for (const bool relu : {false, true})
-    for (Pool2dShape s : pool_shapes()) {
+    for (Pool2dShape s : pool_shapes())
+    for (const size_t shift : {size_t(1), size_t(0)}) {  // 0: x and dx pair-aligned
       s.relu = relu;  // with the fused ReLU, windows of negatives give 0 and argmax -1
-      INFO(describe(s));
+      INFO(describe(s) << ", x and dx at offset " << shift);
       const int64_t in = s.batch * s.channels * s.height * s.width;
       const int64_t out = s.batch * s.channels * s.out_height() * s.out_width();
       const std::vector<float> x = values_with_ties(size_t(in), ++seed);
@@ -75,7 +77,7 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
       if (relu && out >= 64 && s.kernel_h * s.kernel_w <= 4)
         CHECK(std::count(argmax_want.begin(), argmax_want.end(), -1) > 0);
 
-      OffsetBuffer dx(*device, x, 1), dy(*device, std::vector<float>(size_t(out), kNaN), 2);
+      OffsetBuffer dx(*device, x, shift), dy(*device, std::vector<float>(size_t(out), kNaN), 2);
       Tensor argmax = Tensor::empty(*device, {out}, DType::i32);
       device->maxpool2d_forward(s, dx.tensor(), dy.tensor(), argmax);
       TRIDENT_CHECK_EXACT(dy.values(), y_want);
@@ -87,7 +89,7 @@ TEST_CASE("conformance: maxpool2d forward and backward, ties, odd sizes, overlap
       std::vector<float> dx_want(static_cast<size_t>(in));
       reference::maxpool2d_backward(s, grad.data(), argmax_want.data(), dx_want.data());
       OffsetBuffer dgrad(*device, grad, 3),
-          dgrad_x(*device, std::vector<float>(size_t(in), kNaN), 1);
+          dgrad_x(*device, std::vector<float>(size_t(in), kNaN), shift);
       Tensor argmax_in = upload(*device, argmax_want);
       device->maxpool2d_backward(s, dgrad.tensor(), argmax_in, dgrad_x.tensor());
       TRIDENT_CHECK_CLOSE(dgrad_x.values(), dx_want, (Tolerance{1e-6, 1e-6}));
