@@ -26,7 +26,7 @@ std::string main_program_source(DType storage);
   X(conv_flip_weights)                                                                         \
   /* winograd.cl */ X(winograd_kernel) X(winograd_conv) X(winograd_weight_partials)          \
   X(winograd_weight_gradient)                                                                  \
-  /* pool2d.cl */ X(maxpool2d_forward) X(maxpool2d_backward) X(avgpool2d_forward)              \
+  /* pool2d.cl */ X(maxpool2d_forward) X(maxpool2d_backward) X(maxpool2d_tiled_backward) X(avgpool2d_forward)              \
   X(avgpool2d_global) X(avgpool2d_backward)                                                    \
   /* batchnorm.cl */ X(batchnorm_forward_channel) X(batchnorm_moments)                         \
   X(batchnorm_moments_finish) X(batchnorm_normalize) X(batchnorm_backward_channel)             \
