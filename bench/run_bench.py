@@ -213,7 +213,7 @@ class Plan:
         modes = csv_list(self.args.torch_modes)
         if not modes:
             modes = ["eager", "compile"] if self.torch_gpu and model in self.compile_models else ["eager"]
-            if model == "resnet":  # PyTorch at its best on a convolution-bound model: NHWC too
+            if model in ("resnet", "resnet9"):  # PyTorch at its best on a convolution-bound model: NHWC too
                 modes.insert(1, "channels_last")
         if self.args.compile and "compile" not in modes:
             modes.append("compile")

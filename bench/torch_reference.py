@@ -50,7 +50,7 @@ import warnings
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 MODES = ("eager", "channels_last", "compile")
-CONV_MODELS = ("cnn", "resnet")  # the models channels_last applies to
+CONV_MODELS = ("cnn", "resnet", "resnet9")  # the models channels_last applies to
 
 
 def csv(text, allowed=None, what="value"):
@@ -166,7 +166,40 @@ class ImageResNet(torch_models.ResNet):
         return super().forward(x.view(-1, 1, 28, 28))
 
 
-MODELS = {"mlp": SeedMLP, "cnn": SeedCNN, "mlp-big": BigMLP, "resnet": ImageResNet}
+def conv_bn_relu(in_channels, out_channels):
+    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
+                         nn.BatchNorm2d(out_channels), nn.ReLU())
+
+
+class Residual(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class ResNet9(nn.Module):
+    """bench/bench_models.h's ResNet-9 (Page's DAWNBench CIFAR-10 model) on rows of 3x32x32 pixels."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            conv_bn_relu(3, 64),
+            conv_bn_relu(64, 128), nn.MaxPool2d(2),
+            Residual(nn.Sequential(conv_bn_relu(128, 128), conv_bn_relu(128, 128))),
+            conv_bn_relu(128, 256), nn.MaxPool2d(2),
+            conv_bn_relu(256, 512), nn.MaxPool2d(2),
+            Residual(nn.Sequential(conv_bn_relu(512, 512), conv_bn_relu(512, 512))),
+            nn.MaxPool2d(4), nn.Flatten(), nn.Linear(512, 10, bias=False))
+
+    def forward(self, x):
+        return self.net(x.view(-1, 3, 32, 32))
+
+
+MODELS = {"mlp": SeedMLP, "cnn": SeedCNN, "mlp-big": BigMLP, "resnet": ImageResNet, "resnet9": ResNet9}
+SAMPLE_NUMEL = {"resnet9": 3 * 32 * 32}  # the others take 28x28 images
 INFERENCE_MODELS = dict(torch_models.MODELS, **{"mlp-big": BigMLP})
 
 # models/zoo.cpp's recipes: optimizer, schedule, loss and the byte images' normalisation.
@@ -174,7 +207,10 @@ SEED_RECIPE = {"batch": 200, "lr": 0.01, "momentum": 0.5, "nesterov": False, "we
                "onecycle_max_lr": None, "loss": "nll", "mean": 0.1307, "std": 0.3081}
 RECIPES = {"mlp": SEED_RECIPE, "cnn": SEED_RECIPE, "mlp-big": SEED_RECIPE,
            "resnet": {"batch": 256, "lr": 0.1 / 25, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
-                      "onecycle_max_lr": 0.1, "loss": "cross_entropy", "mean": 0.2860, "std": 0.3530}}
+                      "onecycle_max_lr": 0.1, "loss": "cross_entropy", "mean": 0.2860, "std": 0.3530},
+           # bench/bench_models.h's (a speed benchmark on random data: a constant rate)
+           "resnet9": {"batch": 512, "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4,
+                       "onecycle_max_lr": None, "loss": "cross_entropy", "mean": 0.5, "std": 0.25}}
 
 
 def read_idx(path):
@@ -197,10 +233,11 @@ def load_train(directory, mean=0.1307, std=0.3081):
     return images.reshape(-1, 784), labels
 
 
-def bench_data(source, count, device, mean=0.1307, std=0.3081):
-    """count samples: Fashion-MNIST tiled to that size (as trident_bench does), else synthetic noise."""
+def bench_data(source, count, device, mean=0.1307, std=0.3081, numel=784):
+    """count samples of numel values: Fashion-MNIST tiled to that size (as trident_bench does), else (and for
+    samples of another size) synthetic noise."""
     images = labels = None
-    if source != "synthetic":
+    if source != "synthetic" and numel == 784:
         directory = os.environ.get("TRIDENT_DATA") or "/usr/share/datasets/fashion-mnist"
         directory = directory if source == "auto" else source
         try:
@@ -211,7 +248,7 @@ def bench_data(source, count, device, mean=0.1307, std=0.3081):
             print(f"torch_reference: {e}; using synthetic data", file=sys.stderr)
     if images is None:
         g = torch.Generator().manual_seed(12345)
-        images = torch.rand(count, 784, generator=g) * 3 - 0.4
+        images = torch.rand(count, numel, generator=g) * 3 - 0.4
         labels = torch.randint(0, 10, (count,), generator=g)
     reps = (count + images.shape[0] - 1) // images.shape[0]
     images = images.repeat(reps, 1)[:count].contiguous()
@@ -236,6 +273,8 @@ def device_name(device):
 
 
 def default_steps(device, model):
+    if model == "resnet9":
+        return 50 if device.type == "cuda" else 2
     if device.type == "cuda":
         return 200 if model in ("mlp-big", "resnet") else 500
     return {"mlp": 100, "cnn": 40, "mlp-big": 6, "resnet": 4}[model]
@@ -379,7 +418,8 @@ def measure_training(args, device, model_name, batch, precision, mode, optimizer
         emit(**row, skipped=skip)
         return
     torch.manual_seed(args.seed)
-    images, labels = bench_data(args.data, batch * steps, device, recipe["mean"], recipe["std"])
+    images, labels = bench_data(args.data, batch * steps, device, recipe["mean"], recipe["std"],
+                                SAMPLE_NUMEL.get(model_name, 784))
     tf32 = set_tf32(precision == "tf32")
     model = MODELS[model_name]().to(device).train()
     if mode == "channels_last":  # NHWC weights: the convolutions' outputs follow them

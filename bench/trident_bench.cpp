@@ -4,7 +4,7 @@
 // scaling; one JSON object per measurement on stdout (bench/run_bench.py compares them with
 // PyTorch).
 //
-//   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big,resnet] [--batch N]
+//   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big,resnet,resnet9] [--batch N]
 //                 [--big-batch N] [--steps N] [--epochs N] [--precision fp32,tf32,bf16,fp16]
 //                 [--gemm-sizes 256,1024,...] [--gemm-types fp32,tf32,bf16,bf16-f32,...]
 //                 [--gemm-shapes 200x512x784nt,...] [--gemm] [--no-train] [--no-gemm]
@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <tuple>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -47,6 +48,7 @@
 #include "trident/models/predictor.h"
 #include "trident/models/trainer.h"
 #include "trident/models/zoo.h"
+#include "bench_models.h"
 
 namespace {
 
@@ -108,7 +110,8 @@ const char* kUsage =
     "       trident_bench --list-devices\n"
     "  --device     one device (default: the best, as TRIDENT_BACKEND / the registry choose)\n"
     "  --devices    weak scaling over the first 1..N devices of the list, batch per device fixed\n"
-    "  --models     models to train (mlp,cnn,mlp-big; any of the zoo's, resnet included)\n"
+    "  --models     models to train (mlp,cnn,mlp-big; any of the zoo's, resnet included, or the\n"
+    "               bench's own resnet9: ResNet-9 on 3x32x32, bench/bench_models.h)\n"
     "  --batch      batch per device (default: the model's recipe, 200; resnet 256); mlp-big\n"
     "               on CPUs too\n"
     "  --big-batch  batch for mlp-big (default: 512 on GPUs, --batch on CPUs)\n"
@@ -262,12 +265,34 @@ std::string unsupported_reason(const Device& d, DType dtype) {
 
 bool is_gpu(const Device& d) { return d.info().type == "gpu"; }
 
-// `count` training samples: Fashion-MNIST (or --data DIR) repeated to that size, else synthetic
-// byte images with random labels. Only the amount of resident data matters for speed.
-trident::DatasetSplits bench_data(const std::string& source, int64_t count) {
+// The recipe of `model`: one of the bench's own models (bench_models.h) or the zoo's; an unknown
+// name is a UsageError naming both lists.
+const trident::ModelRecipe& recipe_for(const std::string& model) {
+  if (const auto* m = trident_bench::find_bench_model(model)) return m->recipe;
+  try {
+    return trident::find_model(model);
+  } catch (const trident::UsageError&) {
+    std::string names;
+    for (const auto& m : trident_bench::bench_models()) names += ", " + m.recipe.name;
+    throw trident::UsageError("unknown model '" + model + "' (" + trident::model_names() + names + ")");
+  }
+}
+
+// One sample of `model`'s input: the bench model's, else a Fashion-MNIST image.
+trident::Shape sample_shape_for(const std::string& model) {
+  if (const auto* m = trident_bench::find_bench_model(model)) return m->sample;
+  return {1, 28, 28};
+}
+
+// `count` training samples of `sample` shape: Fashion-MNIST (or --data DIR) repeated to that
+// size, else (and for samples of another size) synthetic byte images with random labels. Only
+// the amount of resident data matters for speed.
+trident::DatasetSplits bench_data(const std::string& source, int64_t count,
+                                  const trident::Shape& sample) {
   trident::Dataset real;
   std::string where = "(synthetic)";
-  if (source != "synthetic") {
+  const int64_t numel = trident::shape_numel(sample);
+  if (source != "synthetic" && numel == 784) {
     const std::string dir = source == "auto" ? trident::default_data_directory() : source;
     try {
       trident::DatasetLoadOptions limits;
@@ -279,46 +304,50 @@ trident::DatasetSplits bench_data(const std::string& source, int64_t count) {
       std::cerr << "trident_bench: " << e.what() << "; using synthetic data\n";
     }
   }
-  std::vector<uint8_t> images(static_cast<size_t>(count * 784));
+  std::vector<uint8_t> images(static_cast<size_t>(count * numel));
   std::vector<int32_t> labels(static_cast<size_t>(count));
   uint32_t state = 12345;
   auto next = [&] { state = state * 1664525u + 1013904223u; return state >> 8; };
   const bool have_real = real.size() > 0 && real.dtype() == trident::DType::u8 &&
                          real.sample_numel() == 784;
   for (int64_t i = 0; i < count; ++i) {
-    uint8_t* row = &images[static_cast<size_t>(i * 784)];
+    uint8_t* row = &images[static_cast<size_t>(i * numel)];
     if (have_real) {
       const int64_t src = i % real.size();
       std::copy_n(real.uint8_data() + src * 784, 784, row);
       labels[static_cast<size_t>(i)] = real.labels()[static_cast<size_t>(src)];
     } else {
-      for (int p = 0; p < 784; ++p) row[p] = static_cast<uint8_t>(next() & 0xFF);
+      for (int64_t p = 0; p < numel; ++p) row[p] = static_cast<uint8_t>(next() & 0xFF);
       labels[static_cast<size_t>(i)] = static_cast<int32_t>(next() % 10);
     }
   }
   trident::DatasetSplits splits;
   const int64_t test_count = std::min<int64_t>(count, 1000);
-  std::vector<uint8_t> test_images(images.begin(), images.begin() + test_count * 784);
+  std::vector<uint8_t> test_images(images.begin(), images.begin() + test_count * numel);
   std::vector<int32_t> test_labels(labels.begin(), labels.begin() + test_count);
   // The bench never evaluates; one small test split keeps the Trainer happy.
-  splits.train = trident::Dataset(std::move(images), {1, 28, 28}, std::move(labels), 10);
-  splits.test = trident::Dataset(std::move(test_images), {1, 28, 28}, std::move(test_labels), 10);
+  splits.train = trident::Dataset(std::move(images), sample, std::move(labels), 10);
+  splits.test = trident::Dataset(std::move(test_images), sample, std::move(test_labels), 10);
   splits.source = where;
   return splits;
 }
 
 int64_t default_steps(const std::vector<Device*>& devices, const std::string& model) {
+  if (model == "resnet9") return is_gpu(*devices[0]) ? 50 : 2;
   if (is_gpu(*devices[0])) return model == "mlp-big" || model == "resnet" ? 200 : 500;
   if (model == "mlp-big") return 6;
   if (model == "resnet") return 4;
   return model == "cnn" ? 40 : 100;
 }
 
-// bench_data, kept per (source, count): a model trained in four precisions reads it once.
-trident::DatasetSplits cached_bench_data(const std::string& source, int64_t count) {
-  static std::map<std::pair<std::string, int64_t>, trident::DatasetSplits> cache;
-  auto it = cache.find({source, count});
-  if (it == cache.end()) it = cache.emplace(std::make_pair(source, count), bench_data(source, count)).first;
+// bench_data, kept per (source, count, sample): a model trained in four precisions reads it once.
+trident::DatasetSplits cached_bench_data(const std::string& source, int64_t count,
+                                         const trident::Shape& sample) {
+  using Key = std::tuple<std::string, int64_t, trident::Shape>;
+  static std::map<Key, trident::DatasetSplits> cache;
+  const Key key{source, count, sample};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, bench_data(source, count, sample)).first;
   return it->second;
 }
 
@@ -345,7 +374,7 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
   const int64_t n = static_cast<int64_t>(devices.size());
   const int64_t steps = o.steps > 0 ? o.steps : default_steps(devices, model);
   // The model's recipe (optimizer, schedule, loss, normalisation): the step a user trains.
-  const trident::ModelRecipe& recipe = trident::find_model(model);
+  const trident::ModelRecipe& recipe = recipe_for(model);
   trident::TrainOptions t;
   t.batch = batch_per_device * n;
   t.optimizer = recipe.optimizer;
@@ -354,7 +383,7 @@ Record measure_training(const Options& o, const std::vector<Device*>& devices,
   t.epochs = o.epochs;
   t.capture = o.capture;
   t.precision = precision;
-  trident::DatasetSplits data = cached_bench_data(o.data, t.batch * steps);
+  trident::DatasetSplits data = cached_bench_data(o.data, t.batch * steps, sample_shape_for(model));
   for (trident::Dataset* split : {&data.train, &data.test})
     split->set_normalization({true, {recipe.mean}, {recipe.std}});
   trident::Trainer trainer(devices, recipe.factory(), data, t);
@@ -413,14 +442,15 @@ Record try_training(const Options& o, const std::vector<Device*>& devices, const
 
 // Inference of `model` at `batch` through a Predictor: host float inputs -> host outputs.
 Record measure_inference(const Options& o, Device& d, const std::string& model, int64_t batch) {
-  const trident::ModelRecipe& recipe = trident::find_model(model);
+  const trident::ModelRecipe& recipe = recipe_for(model);
+  const trident::Shape sample = sample_shape_for(model);
   trident::Network net = recipe.make(10);
-  net.build(d, {1, 28, 28}, 1, /*training=*/false);  // random weights: the speed is the same
+  net.build(d, sample, 1, /*training=*/false);  // random weights: the speed is the same
   trident::PredictorOptions options;
   options.max_batch = batch;
   options.capture = o.capture;
   trident::Predictor predictor(std::move(net), options);
-  std::vector<float> inputs(static_cast<size_t>(batch * 784));
+  std::vector<float> inputs(static_cast<size_t>(batch * trident::shape_numel(sample)));
   uint32_t state = 12345;
   for (auto& x : inputs) {
     state = state * 1664525u + 1013904223u;
@@ -568,7 +598,7 @@ void list_devices(const trident::DeviceRegistry& registry) {
 // The batch `model` trains with on `d`: for mlp-big --big-batch, else 512 on GPUs; for the
 // others (and mlp-big on CPUs) --batch, else the model's recipe (200; resnet 256).
 int64_t training_batch(const Options& o, const Device& d, const std::string& model) {
-  const int64_t batch = o.batch > 0 ? o.batch : trident::find_model(model).batch;
+  const int64_t batch = o.batch > 0 ? o.batch : recipe_for(model).batch;
   if (model != "mlp-big") return batch;
   return o.big_batch > 0 ? o.big_batch : (is_gpu(d) ? 512 : batch);
 }
@@ -594,7 +624,7 @@ int run(const Options& o) {
   std::cerr << "trident_bench on " << d.info().id() << " (" << d.info().name << ")\n";
   if (o.train)
     for (const std::string& model : split(o.models.empty() ? "mlp,cnn,mlp-big" : o.models)) {
-      trident::find_model(model);  // an unknown name is a usage error, not a failed row
+      recipe_for(model);  // an unknown name is a usage error, not a failed row
       for (const auto& precision : o.precisions)
         emit(try_training(o, {&d}, model, training_batch(o, d, model), precision, failed));
     }
