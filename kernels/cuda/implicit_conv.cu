@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
   const int columns = products.columns[blockIdx.z];
   if (int(blockIdx.x) * kBN >= columns) return;  // past this product's positions
   w_t += products.w_offset[blockIdx.z];
-  using Mma = BlockMma<M, BM, kBN, false, true, kGatherStages>;
+  using Mma = BlockMma<M, BM, kBN, false, true, kGatherStages, /*kRawTf32=*/true>;
   using E = typename Mma::E;
   constexpr int kBK = Mma::kBK, V = kVec<M>, kVecsPerRow = kBK / V;
   constexpr int kBVecs = kBN * kVecsPerRow / kThreads;
@@ -116,10 +116,18 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
     b_ix[i] = ox * g.sx - g.pw;
     b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * V : 0;
   }
+  // The tap (r, s) and first channel c0 of the next step to copy: the copies go in step order,
+  // so these advance step by step instead of costing two divisions a copy.
+  int next_r = 0, next_s = 0, next_c0 = 0;
   auto copy = [&](int stage, int k0) {
     E* a = Mma::a_stage(smem, stage);
     E* b = Mma::b_stage(smem, stage);
-    const int tap = k0 / g.xc, c0 = k0 - tap * g.xc, r = tap / g.kw, s = tap - r * g.kw;
+    const int r = next_r, s = next_s, c0 = next_c0;
+    next_c0 += kBK;
+    if (next_c0 == g.xc) {
+      next_c0 = 0;
+      if (++next_s == g.kw) next_s = 0, ++next_r;
+    }
     const int shift = (r * g.xw + s) * g.xc + c0;
 #pragma unroll
     for (int i = 0; i < kBVecs; ++i) {
@@ -152,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
     if (next < steps) copy(next % kGatherStages, next * kBK);
     copy_async_commit();
     const int stage = step % kGatherStages;
-    mma.step(Mma::a_stage(smem, stage), Mma::b_stage(smem, stage));
+    mma.template step</*kHoist=*/true>(Mma::a_stage(smem, stage), Mma::b_stage(smem, stage));
   }
   copy_async_wait<0>();
   __syncthreads();
@@ -187,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
                       int slice_positions) {
   wait_for_prior_grids();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  using Mma = BlockMma<M, BM, kBN, true, false, kWgradStages>;
+  using Mma = BlockMma<M, BM, kBN, true, false, kWgradStages, /*kRawTf32=*/true>;
   using E = typename Mma::E;
   constexpr int kBK = Mma::kBK, V = kVec<M>;
   constexpr int kBVecsPerRow = kBN / V, kBVecs = kBK * kBVecsPerRow / kThreads;

@@ -1,8 +1,8 @@
 // The block-level tensor-core multiply of the implicit-GEMM convolution (for
 // kernels/cuda/implicit_conv.cu and halo_conv.cu): operand traits per math tag, cp.async copies,
 // the ldmatrix and mma.sync primitives, and BlockMma, whose 8 warps multiply one pipeline step's
-// tiles in shared memory, through WMMA, or for bf16 through ldmatrix and mma.sync
-// (BlockMma::kRaw).
+// tiles in shared memory, through WMMA, or for bf16 (and TF32 where asked) through ldmatrix and
+// mma.sync (BlockMma::kRaw).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -115,6 +115,27 @@ __device__ __forceinline__ void mma_f16_16x8x16(float (&d)[4], const unsigned (&
 #endif
 }
 
+// D += A B on a 16x8x8 tile of TF32 operands (float32 bits rounded by to_tf32), float32
+// accumulation.
+__device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&a)[4],
+                                                unsigned b0, unsigned b1) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// A float32's bits rounded to TF32, to nearest (cvt.rna), as wmma::__float_to_tf32 does.
+__device__ __forceinline__ unsigned to_tf32(unsigned bits) {
+  unsigned out = bits;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(__uint_as_float(bits)));
+#endif
+  return out;
+}
+
 // D += A B on a 16x8x16 tile of 16-bit operands S (Bf16 or F16), float32 accumulation.
 template <typename S>
 __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
@@ -128,7 +149,8 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const unsigned (&a)[4
 // One 8-warp block's accumulators and its multiply over one step's tiles in shared memory.
 // A is [BM][kBK + pad] (row-major) or, kAColMajor, [kBK][BM + pad]; B is [kBK][kBN + pad]
 // (row-major) or, kBColMajor, [kBN][kBK + pad].
-template <typename M, int BM, int kBN, bool kAColMajor, bool kBColMajor, int kStages>
+template <typename M, int BM, int kBN, bool kAColMajor, bool kBColMajor, int kStages,
+          bool kRawTf32 = false>
 struct BlockMma {
   using T = MmaTraits<M>;
   using E = typename T::Element;
@@ -146,11 +168,17 @@ struct BlockMma {
   using ALayout = std::conditional_t<kAColMajor, wmma::col_major, wmma::row_major>;
   using BLayout = std::conditional_t<kBColMajor, wmma::col_major, wmma::row_major>;
 
+  // TF32 through mma.sync (kRawTf32): fragments by ldmatrix where they run along K in shared
+  // memory (row-major A, column-major B: ldmatrix reads 32-bit elements as pairs of 16-bit ones
+  // only untransposed), else by 32-bit loads, one an element.
+  static constexpr bool kRawTf32Path = kRawTf32 && std::is_same_v<M, Tf32>;
   // Bf16 operands go through ldmatrix and mma.sync (kRaw): a warp's 16x16 piece of C is two
   // 16x8 tiles, acc[i][2j] and acc[i][2j + 1]. Through WMMA, the bf16 weight gradient took 69 us
   // where f16 took 48 (the ResNet's 28x28 32->32 layer, ncu, H200), and 53 this way; f16 took
-  // 53 this way too, so F16 and TF32 stay on WMMA. Gather kernels: no change either way.
-  static constexpr bool kRaw = std::is_same_v<M, Bf16>;
+  // 53 this way too, so F16 stays on WMMA. TF32 on WMMA ran at about 60 TFLOP/s (ncu, ResNet-9's
+  // 32x32 and 16x16 layers, H200); this way (kRawTf32) that model's tf32 step went from 17.4 to
+  // 12.2 ms.
+  static constexpr bool kRaw = std::is_same_v<M, Bf16> || kRawTf32Path;
   struct WmmaAcc {
     wmma::fragment<wmma::accumulator, 16, 16, T::kK, float> f[kFragsM][kFragsN];
   };
@@ -187,22 +215,79 @@ struct BlockMma {
     for (int e = 0; e < f.num_elements; ++e) f.x[e] = wmma::__float_to_tf32(f.x[e]);
   }
 
+  template <bool kHoist = false>
   __device__ void step(const E* a_tile, const E* b_tile) {
-    if constexpr (kRaw)
-      raw_step(a_tile, b_tile);
+    if constexpr (kRawTf32Path)
+      raw_tf32_step(a_tile, b_tile);
+    else if constexpr (kRaw)
+      raw_step<kHoist>(a_tile, b_tile);
     else
       wmma_step(a_tile, b_tile);
+  }
+
+  // The TF32 form of raw_step<true>: an 8-deep slice a product. mma.m16n8k8's tf32
+  // fragments (lane l, g = l / 4, t = l % 4): a0 = A[g][t], a1 = A[g + 8][t], a2 = A[g][t + 4],
+  // a3 = A[g + 8][t + 4]; b0 = B[t][g], b1 = B[t + 4][g]. A 16-byte ldmatrix row is 4 floats, so
+  // the four 8x8 16-bit matrices of a row-major 16 x 8 piece of A are, lane by lane, a0..a3, and
+  // those of a column-major B's [n][k] rows b0, b1 of two 8-column tiles.
+  __device__ void raw_tf32_step(const E* a_tile, const E* b_tile) {
+    const int lane = threadIdx.x % 32, matrix = lane / 8, r = lane % 8;
+    const int g = lane / 4, t = lane % 4;
+    auto bits = [](const E* p) { return __float_as_uint(*p); };
+#pragma unroll
+    for (int k = 0; k < kBK; k += T::kK) {
+      unsigned a[kFragsM][4], b[kFragsN][4];
+#pragma unroll
+      for (int i = 0; i < kFragsM; ++i) {
+        const int m = warp_m * 32 + i * 16;
+        if constexpr (kAColMajor) {  // A[m][k] at a_tile[k * kLda + m]
+          const E* p = a_tile + (k + t) * kLda + m + g;
+          a[i][0] = bits(p), a[i][1] = bits(p + 8);
+          a[i][2] = bits(p + 4 * kLda), a[i][3] = bits(p + 4 * kLda + 8);
+        } else {
+          load_matrices(a[i], a_tile + (m + (matrix % 2) * 8 + r) * kLda + k + (matrix / 2) * 4,
+                        false);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[i][e] = to_tf32(a[i][e]);
+      }
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j) {
+        const int n = warp_n * kWarpN + j * 16;
+        if constexpr (kBColMajor) {
+          load_matrices(b[j], b_tile + (n + (matrix / 2) * 8 + r) * kLdb + k + (matrix % 2) * 4,
+                        false);
+        } else {  // B[k][n] at b_tile[k * kLdb + n]: b[j][0..1] the first 8 columns, [2..3] the next
+          const E* p = b_tile + (k + t) * kLdb + n + g;
+          b[j][0] = bits(p), b[j][1] = bits(p + 4 * kLdb);
+          b[j][2] = bits(p + 8), b[j][3] = bits(p + 4 * kLdb + 8);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) b[j][e] = to_tf32(b[j][e]);
+      }
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j)
+#pragma unroll
+        for (int i = 0; i < kFragsM; ++i) {
+          mma_tf32_16x8x8(acc.f[i][2 * j], a[i], b[j][0], b[j][1]);
+          mma_tf32_16x8x8(acc.f[i][2 * j + 1], a[i], b[j][2], b[j][3]);
+        }
+    }
   }
 
   // Lane l gives the row address for matrix l / 8 (see load_matrices): A's four matrices are
   // (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15) of a 16x16 piece; B's
   // are (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15), so that b[0], b[1]
   // feed the first 16x8 tile and b[2], b[3] the second.
+  // kHoist: every B fragment of a 16-deep slice is loaded before its products (the gather
+  // kernel: ResNet-9's bf16 step 6.48 -> 6.31 ms with the taps change below, H200); else each
+  // just before its own. The products are the same, in the same order.
+  template <bool kHoist>
   __device__ void raw_step(const E* a_tile, const E* b_tile) {
     const int lane = threadIdx.x % 32, matrix = lane / 8, r = lane % 8;
 #pragma unroll
     for (int k = 0; k < kBK; k += T::kK) {
-      unsigned a[kFragsM][4];
+      unsigned a[kFragsM][4], b[kFragsN][4];
 #pragma unroll
       for (int i = 0; i < kFragsM; ++i) {
         const int m = warp_m * 32 + i * 16 + (matrix % 2) * 8, kk = k + (matrix / 2) * 8;
@@ -210,16 +295,22 @@ struct BlockMma {
         const E* row = kAColMajor ? a_tile + (kk + r) * kLda + m : a_tile + (m + r) * kLda + kk;
         load_matrices(a[i], row, kAColMajor);
       }
+      auto load_b = [&](int j) {
+        const int n = warp_n * kWarpN + j * 16 + (matrix / 2) * 8, kk = k + (matrix % 2) * 8;
+        const E* row = kBColMajor ? b_tile + (n + r) * kLdb + kk : b_tile + (kk + r) * kLdb + n;
+        load_matrices(b[j], row, !kBColMajor);
+      };
+      if constexpr (kHoist) {
+#pragma unroll
+        for (int j = 0; j < kFragsN; ++j) load_b(j);
+      }
 #pragma unroll
       for (int j = 0; j < kFragsN; ++j) {
-        const int n = warp_n * kWarpN + j * 16 + (matrix / 2) * 8, kk = k + (matrix % 2) * 8;
-        unsigned b[4];
-        const E* row = kBColMajor ? b_tile + (n + r) * kLdb + kk : b_tile + (kk + r) * kLdb + n;
-        load_matrices(b, row, !kBColMajor);
+        if constexpr (!kHoist) load_b(j);
 #pragma unroll
         for (int i = 0; i < kFragsM; ++i) {
-          mma_bf16_16x8x16(acc.f[i][2 * j], a[i], b[0], b[1]);
-          mma_bf16_16x8x16(acc.f[i][2 * j + 1], a[i], b[2], b[3]);
+          mma_bf16_16x8x16(acc.f[i][2 * j], a[i], b[j][0], b[j][1]);
+          mma_bf16_16x8x16(acc.f[i][2 * j + 1], a[i], b[j][2], b[j][3]);
         }
       }
     }
