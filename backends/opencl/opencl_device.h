@@ -127,7 +127,8 @@ class OpenClDevice final : public Device {
   DeviceMemory conv_weights(const Tensor& w, const Tensor& workspace, size_t w32_offset);
   // ops_conv2d_winograd.cpp: float32 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3).
   bool winograd_conv(const Conv2dShape& s) const;
-  // TRIDENT_OPENCL_WINOGRAD (on) and local memory enough for its kernels (asked once).
+  // TRIDENT_OPENCL_WINOGRAD (default: on for GPUs, off for CPUs) and local memory enough for
+  // its kernels (asked once).
   bool winograd_available() const;
   size_t winograd_workspace_bytes(const Conv2dShape& s) const;
   void winograd_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
