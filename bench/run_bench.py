@@ -16,6 +16,8 @@ What runs, by default, in this order (each part can be narrowed with the options
              torch.compile(mode="reduce-overhead") in bf16, fp16 and tf32 (PyTorch 2.x).
              On a CPU: all four models, fp32 (add --precisions fp32,bf16,fp16), PyTorch eager.
   inference  mlp, cnn, resnet at batch 1 and 1000: Trident's Predictor, PyTorch no_grad and inference_mode.
+Only when asked (--models resnet9 --precision-models resnet9 --compile-models resnet9): ResNet-9 on 3x32x32 at
+batch 512, a network the zoo does not have (bench/bench_models.h; PyTorch's twin in torch_reference.py).
 Devices: with no --device, cuda:0 and the first OpenCL GPU where there are GPUs, else the CPU.
 
 Training is compared in samples/s (Trident / PyTorch, > 1 means Trident is faster), GEMM in TFLOP/s,

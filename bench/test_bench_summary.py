@@ -17,6 +17,7 @@
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -275,6 +276,21 @@ class TorchReference(unittest.TestCase):
         gemm = [(r["precision"], r["out_dtype"]) for r in rows if r["bench"] == "gemm"]
         self.assertEqual(gemm, [("fp32", "F32"), ("bf16", "BF16")])
 
+    def test_bench_model_resnet9(self):
+        """The bench's own ResNet-9 (3x32x32 samples), channels-last too, with a finite loss."""
+        py = python_with_torch()
+        if not py:
+            self.skipTest("no python with torch")
+        proc = run([py, os.path.join(HERE, "torch_reference.py"), "--device", "cpu", "--models", "resnet9",
+                    "--data", "synthetic", "--steps", "1", "--epochs", "2", "--batch", "2", "--threads", "1",
+                    "--modes", "eager,channels_last", "--no-gemm"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rows = [r for r in rows_of(proc) if r["bench"] == "train"]
+        self.assertEqual([(r["model"], r["mode"]) for r in rows], [("resnet9", "eager"), ("resnet9", "channels_last")])
+        for r in rows:
+            self.assertGreater(r["samples_per_s"], 0)
+            self.assertTrue(math.isfinite(r["train_loss"]), r)
+
 
 class AccuracySummary(unittest.TestCase):
     """accuracy_summary.py: the seed study's table (bench/accuracy_seeds.sh), and bad lines named."""
@@ -376,6 +392,19 @@ class TridentBench(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, proc.stderr)
             self.assertIn(word, proc.stderr)
             self.assertFalse(proc.stdout.strip())
+
+    def test_bench_model_resnet9(self):
+        """bench_models.h's ResNet-9 trains on 3x32x32 samples; an unknown name lists it."""
+        proc = run([self.bench, "--device", "cpu:0", "--data", "synthetic", "--steps", "1", "--epochs", "2",
+                    "--batch", "2", "--models", "resnet9", "--no-gemm"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rows = rows_of(proc)
+        self.assertEqual([(r["model"], r["batch"], r["precision"]) for r in rows], [("resnet9", 2, "fp32")])
+        self.assertGreater(rows[0]["samples_per_s"], 0)
+        self.assertTrue(math.isfinite(rows[0]["train_loss"]), rows[0])
+        proc = run([self.bench, "--device", "cpu:0", "--models", "resnet10"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("resnet9", proc.stderr)
 
     def test_list_devices(self):
         rows = rows_of(run([self.bench, "--list-devices"]))

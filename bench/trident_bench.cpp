@@ -4,8 +4,9 @@
 // scaling; one JSON object per measurement on stdout (bench/run_bench.py compares them with
 // PyTorch).
 //
-//   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big,resnet,resnet9] [--batch N]
-//                 [--big-batch N] [--steps N] [--epochs N] [--precision fp32,tf32,bf16,fp16]
+//   trident_bench [--device cpu:0|cuda:0|opencl:0] [--models mlp,cnn,mlp-big,resnet,resnet9]
+//                 [--batch N] [--big-batch N] [--steps N] [--epochs N]
+//                 [--precision fp32,tf32,bf16,fp16]
 //                 [--gemm-sizes 256,1024,...] [--gemm-types fp32,tf32,bf16,bf16-f32,...]
 //                 [--gemm-shapes 200x512x784nt,...] [--gemm] [--no-train] [--no-gemm]
 //                 [--no-capture] [--data DIR|synthetic] [--inference] [--inference-batches 1,1000]
@@ -274,7 +275,8 @@ const trident::ModelRecipe& recipe_for(const std::string& model) {
   } catch (const trident::UsageError&) {
     std::string names;
     for (const auto& m : trident_bench::bench_models()) names += ", " + m.recipe.name;
-    throw trident::UsageError("unknown model '" + model + "' (" + trident::model_names() + names + ")");
+    throw trident::UsageError("unknown model '" + model + "' (" + trident::model_names() + names +
+                              ")");
   }
 }
 

@@ -257,7 +257,7 @@ struct BlockMma {
         if constexpr (kBColMajor) {
           load_matrices(b[j], b_tile + (n + (matrix / 2) * 8 + r) * kLdb + k + (matrix % 2) * 4,
                         false);
-        } else {  // B[k][n] at b_tile[k * kLdb + n]: b[j][0..1] the first 8 columns, [2..3] the next
+        } else {  // B[k][n] at b_tile[k * kLdb + n]: b[j][0..1] 8 columns, [2..3] the next 8
           const E* p = b_tile + (k + t) * kLdb + n + g;
           b[j][0] = bits(p), b[j][1] = bits(p + 4 * kLdb);
           b[j][2] = bits(p + 8), b[j][3] = bits(p + 4 * kLdb + 8);

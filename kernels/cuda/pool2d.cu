@@ -136,7 +136,8 @@ __global__ void maxpool2d_tiled_forward_kernel(PoolDims<I> d, I total, const S* 
       }
     } else {
       for (I h = win.top; h < win.top + win.kh; ++h)
-        for (I w = win.left; w < win.left + win.kw; ++w) consider(to_float(xp[h * d.w + w]), h * d.w + w);
+        for (I w = win.left; w < win.left + win.kw; ++w)
+          consider(to_float(xp[h * d.w + w]), h * d.w + w);
     }
     const bool zeroed = d.relu && !(best_value > 0.f);  // the fused ReLU
     y[i] = from_float<S>(zeroed ? 0.f : best_value);
