@@ -1,8 +1,8 @@
 // The block-level tensor-core multiply of the implicit-GEMM convolution (for
-// kernels/cuda/implicit_conv.cu and halo_conv.cu): operand traits per math tag, cp.async copies,
-// the ldmatrix and mma.sync primitives, and BlockMma, whose 8 warps multiply one pipeline step's
-// tiles in shared memory, through WMMA, or for bf16 (and TF32 where asked) through ldmatrix and
-// mma.sync (BlockMma::kRaw).
+// kernels/cuda/implicit_conv_kernels.cuh and halo_conv.cu): operand traits per math tag, cp.async
+// copies, the ldmatrix and mma.sync primitives, and BlockMma, whose 8 warps multiply one pipeline
+// step's tiles in shared memory, through WMMA, or for bf16 (and TF32 where asked) through ldmatrix
+// and mma.sync (BlockMma::kRaw).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
