@@ -15,12 +15,13 @@
 
 namespace trident_bench {
 
-// A conv3x3 (no bias) - BN - ReLU unit, as the body of Page's blocks has it.
-inline void add_conv_bn_relu(trident::Sequential& seq, const std::string& prefix,
-                             int64_t channels) {
-  seq.add(prefix + "conv", trident::Conv2d(channels, 3).padding(1).bias(false));
-  seq.add(prefix + "bn", trident::BatchNorm2d());
-  seq.add(prefix + "relu", trident::ReLU());
+// A conv3x3 (no bias) - BN - ReLU unit, Page's building block, added to a Network or a
+// Sequential as prefix + "conv", "bn", "relu".
+template <class Container>
+void add_conv_bn_relu(Container& to, const std::string& prefix, int64_t channels) {
+  to.add(prefix + "conv", trident::Conv2d(channels, 3).padding(1).bias(false));
+  to.add(prefix + "bn", trident::BatchNorm2d());
+  to.add(prefix + "relu", trident::ReLU());
 }
 
 // ResNet-9 of the DAWNBench CIFAR-10 entries (Page, "How to train your ResNet", 2018), for
@@ -31,11 +32,6 @@ inline void add_conv_bn_relu(trident::Sequential& seq, const std::string& prefix
 // forward, ten times the built-in ResNet's.
 inline trident::Network make_resnet9(int64_t classes) {
   trident::Network net("resnet9");
-  auto add_unit = [&](const std::string& name, int64_t channels) {
-    net.add(name + "_conv", trident::Conv2d(channels, 3).padding(1).bias(false));
-    net.add(name + "_bn", trident::BatchNorm2d());
-    net.add(name + "_relu", trident::ReLU());
-  };
   auto add_residual = [&](const std::string& name, int64_t channels) {
     trident::Sequential body;
     add_conv_bn_relu(body, "0_", channels);
@@ -43,13 +39,13 @@ inline trident::Network make_resnet9(int64_t classes) {
     net.add(name, trident::Residual(std::move(body), trident::Sequential(),
                                     trident::UnaryOp::identity));
   };
-  add_unit("prep", 64);
-  add_unit("layer1", 128);
+  add_conv_bn_relu(net, "prep_", 64);
+  add_conv_bn_relu(net, "layer1_", 128);
   net.add("layer1_pool", trident::MaxPool2d(2));
   add_residual("layer1_res", 128);
-  add_unit("layer2", 256);
+  add_conv_bn_relu(net, "layer2_", 256);
   net.add("layer2_pool", trident::MaxPool2d(2));
-  add_unit("layer3", 512);
+  add_conv_bn_relu(net, "layer3_", 512);
   net.add("layer3_pool", trident::MaxPool2d(2));
   add_residual("layer3_res", 512);
   net.add("pool", trident::MaxPool2d(4));

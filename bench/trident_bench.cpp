@@ -270,14 +270,11 @@ bool is_gpu(const Device& d) { return d.info().type == "gpu"; }
 // name is a UsageError naming both lists.
 const trident::ModelRecipe& recipe_for(const std::string& model) {
   if (const auto* m = trident_bench::find_bench_model(model)) return m->recipe;
-  try {
-    return trident::find_model(model);
-  } catch (const trident::UsageError&) {
-    std::string names;
-    for (const auto& m : trident_bench::bench_models()) names += ", " + m.recipe.name;
-    throw trident::UsageError("unknown model '" + model + "' (" + trident::model_names() + names +
-                              ")");
-  }
+  for (const trident::ModelRecipe& r : trident::model_zoo())
+    if (r.name == model) return r;
+  std::string names = trident::model_names();
+  for (const auto& m : trident_bench::bench_models()) names += ", " + m.recipe.name;
+  throw trident::UsageError("unknown model '" + model + "' (" + names + ")");
 }
 
 // One sample of `model`'s input: the bench model's, else a Fashion-MNIST image.

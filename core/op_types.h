@@ -98,6 +98,12 @@ struct Pool2dShape {
   int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
   int64_t input_numel() const { return batch * channels * height * width; }
   int64_t output_numel() const { return batch * channels * out_height() * out_width(); }
+  // Whether the windows tile the plane exactly (kernel = stride, no padding, a whole number of
+  // windows a row and a column): each input lies in one window (backends' per-window kernels).
+  bool tiles_plane() const {
+    return kernel_h == stride_h && kernel_w == stride_w && pad_h == 0 && pad_w == 0 &&
+           height % kernel_h == 0 && width % kernel_w == 0;
+  }
 };
 
 // Batch normalisation over x viewed as [outer, channels, inner] (BatchNorm2d: [N, C, H*W],

@@ -11,12 +11,6 @@ bool global_window(const Pool2dShape& s) {
   return s.kernel_h == s.height && s.kernel_w == s.width && s.pad_h == 0 && s.pad_w == 0;
 }
 
-// Whether the windows tile the plane (maxpool2d_tiled_backward).
-bool tiles_plane(const Pool2dShape& s) {
-  return s.kernel_h == s.stride_h && s.kernel_w == s.stride_w && s.pad_h == 0 && s.pad_w == 0 &&
-         s.height % s.kernel_h == 0 && s.width % s.kernel_w == 0;
-}
-
 }  // namespace
 
 void OpenClDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
@@ -32,7 +26,7 @@ void OpenClDevice::do_maxpool2d_forward(const Pool2dShape& s, const Tensor& x, c
 
 void OpenClDevice::do_maxpool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                          const Tensor& argmax, const Tensor& dx) {
-  if (tiles_plane(s)) {  // a work-item per window
+  if (s.tiles_plane()) {  // a work-item per window (maxpool2d_tiled_backward)
     queue_.launch_typed(Kernel::maxpool2d_tiled_backward, dy.dtype(),
                         LaunchRange::items(size_t(s.output_numel())), queue_.buffer(dy, "dy"),
                         queue_.buffer(argmax, "argmax"), queue_.buffer(dx, "dx"),

@@ -93,15 +93,15 @@ __global__ void maxpool2d_backward_kernel(PoolDims<I> d, I total, const S* dy,
   }
 }
 
-// Windows that tile the plane exactly (kernel = stride, no padding, a whole number of windows a
-// row and a column): a thread per window, which it alone reads (forward) and writes (backward),
-// so the backward writes every value of the window, the argmax's gradient and zeros. K: the
-// window's extent when 2 in both directions (each row of it one pair: the caller checked the
-// alignment), else 0 (d's). The results are the generic kernels' bit for bit: the same order of
-// comparisons, and 0 + dy as their sums have it (+0 for a -0 gradient). The generic kernels spent
-// their time on index arithmetic: bench/bench_models.h's ResNet-9 (batch 512, H200) took 0.64 ms
-// a step in its pooling layers' backward and 0.20 forward with them, and its bf16 step went from
-// 6.99 to 6.48 ms with these (fp32 25.24 -> 24.83, the seed CNN's bf16 0.146 -> 0.140).
+// Windows that tile the plane exactly (Pool2dShape::tiles_plane): a thread per window, which it
+// alone reads (forward) and writes (backward), so the backward writes every value of the window,
+// the argmax's gradient and zeros. K: the window's extent when 2 in both directions (each row of it
+// one pair: the caller checked the alignment), else 0 (d's). The results are the generic kernels'
+// bit for bit: the same order of comparisons, and 0 + dy as their sums have it (+0 for a -0
+// gradient). The generic kernels spent their time on index arithmetic: bench/bench_models.h's
+// ResNet-9 (batch 512, H200) took 0.64 ms a step in its pooling layers' backward and 0.20 forward
+// with them, and its bf16 step went from 6.99 to 6.48 ms with these (fp32 25.24 -> 24.83, the seed
+// CNN's bf16 0.146 -> 0.140).
 template <int K, typename I>
 struct TiledWindow {
   I kh, kw, plane, top, left;  // the window's rows [top, top + kh), columns [left, left + kw)
@@ -241,12 +241,6 @@ float inverse_window(const Pool2dShape& s) {
   return float(1.0 / double(s.kernel_h * s.kernel_w));
 }
 
-// Whether the windows tile the plane exactly (maxpool2d_tiled_*_kernel).
-bool tiled(const Pool2dShape& s) {
-  return s.kernel_h == s.stride_h && s.kernel_w == s.stride_w && s.pad_h == 0 && s.pad_w == 0 &&
-         s.height % s.kernel_h == 0 && s.width % s.kernel_w == 0;
-}
-
 // The tiled kernels' K for `s`, where `data` is the tensor they access in pairs: 2 for 2x2
 // windows on pair-aligned data, else 0.
 template <typename S>
@@ -291,7 +285,7 @@ void launch_maxpool2d_forward(const KernelContext& ctx, DType type, const Pool2d
   TRIDENT_POOL_TYPED(type, {
     const S* xs = static_cast<const S*>(x);
     S* ys = static_cast<S*>(y);
-    if (tiled(s))
+    if (s.tiles_plane())
       TRIDENT_POOL_TILED(maxpool2d_tiled_forward_kernel, tile_pairs<S>(s, xs), total, xs, ys,
                          argmax);
     else if (fits(s))
@@ -310,7 +304,7 @@ void launch_maxpool2d_backward(const KernelContext& ctx, DType type, const Pool2
   TRIDENT_POOL_TYPED(type, {
     const S* dys = static_cast<const S*>(dy);
     S* dxs = static_cast<S*>(dx);
-    if (tiled(s))  // a thread per window: the outputs' count
+    if (s.tiles_plane())  // a thread per window: the outputs' count
       TRIDENT_POOL_TILED(maxpool2d_tiled_backward_kernel, tile_pairs<S>(s, dxs),
                          s.output_numel(), dys, argmax, dxs);
     else if (fits(s))
