@@ -19,4 +19,16 @@ if(TRIDENT_ENABLE_CUDA)
     target_link_libraries(trident_cuda PUBLIC NCCL::nccl)
   endif()
   target_compile_options(trident_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  # Hopper's warpgroup multiply (wgmma) exists only in sm_90a code, which runs on compute
+  # capability 9.0 alone: kernels/cuda/sm90a/ builds for that one architecture, whatever
+  # CMAKE_CUDA_ARCHITECTURES says, into objects of trident_cuda's; wgmma_conv_available() asks at
+  # run time whether the device loaded them.
+  add_library(trident_cuda_sm90a OBJECT kernels/cuda/sm90a/wgmma_conv.cu
+                                       kernels/cuda/sm90a/wgmma_wgrad.cu)
+  set_target_properties(trident_cuda_sm90a PROPERTIES CUDA_ARCHITECTURES 90a)
+  target_include_directories(trident_cuda_sm90a PRIVATE ${TRIDENT_LAYER_ROOT}/trident_cuda)
+  target_link_libraries(trident_cuda_sm90a PRIVATE trident_core CUDA::cudart)
+  target_compile_options(trident_cuda_sm90a PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  trident_warnings(trident_cuda_sm90a)
+  target_sources(trident_cuda PRIVATE $<TARGET_OBJECTS:trident_cuda_sm90a>)
 endif()

@@ -49,6 +49,9 @@ std::vector<Conv2dShape> conv_shapes(DType t) {
           // padding above and below but one left and right.
           conv(2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1, t),
           conv(2, 64, 9, 20, 96, 3, 3, 1, 1, 0, 1, t),
+          // 128 channels both ways: on an H100 or H200, the warpgroup-multiply kernel
+          // (kernels/cuda/sm90a/wgmma_conv.cu) for the forward and the data gradient.
+          conv(2, 128, 10, 11, 128, 3, 3, 1, 1, 1, 1, t),
           // An odd number of positions per image (CUDA's halo-window kernel then stores its
           // results one by one, not in pairs).
           conv(2, 32, 11, 11, 32, 3, 3, 1, 1, 1, 1, t)};

@@ -288,7 +288,16 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         {4, 64, 22, 20, 32, 1, 2, 0, false},
                         {3, 32, 32, 31, 32, 5, 3, 2, false},
                         {2, 32, 21, 21, 32, 2, 2, 0, true},
-                        {3, 32, 23, 34, 64, 3, 2, 1, false, 2, 3}};
+                        {3, 32, 23, 34, 64, 3, 2, 1, false, 2, 3},
+                        // The warpgroup-multiply gather (kernels/cuda/sm90a/wgmma_conv.cu, H100
+                        // and H200: more than 64 output channels, input channels in 64s): 192
+                        // output channels (a partial second block of 128 rows) and a data
+                        // gradient over 192; the data gradient's four phases at stride 2; 5x5
+                        // taps; a 3x5 kernel.
+                        {3, 128, 12, 10, 192, 3, 1, 1, true},
+                        {4, 128, 23, 21, 64, 3, 2, 1, false},
+                        {2, 64, 13, 12, 128, 5, 1, 2, true},
+                        {3, 128, 11, 14, 128, 3, 1, 1, false, 5, 1}};
   for (DType t : kHalves)
     for (const Case& c : cases)
       agree_with_cpu("conv2d", t, 8.0, [&](Device& d, DType type) {

@@ -10,6 +10,7 @@
 #include "trident/kernels/cuda/convert.h"
 #include "trident/kernels/cuda/elementwise.h"
 #include "trident/kernels/cuda/implicit_conv.h"
+#include "trident/kernels/cuda/wgmma_conv.h"
 
 namespace trident::cuda {
 namespace {
@@ -58,6 +59,8 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     gemm_ = std::make_unique<CublasGemm>(ordinal_, main_stream_, tf32_);
     direct_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true);
     implicit_conv_ = direct_conv_ && implicit_conv_available();
+    warpgroup_mma_ = implicit_conv_ && env_flag("TRIDENT_CUDA_WGMMA", true) &&
+                     wgmma_conv_available();
     winograd_conv_ = env_flag("TRIDENT_CUDA_WINOGRAD", true);
     int cooperative = 0;
     TRIDENT_CUDA_CHECK(
@@ -120,6 +123,7 @@ KernelContext CudaDevice::kernel_context(bool with_error_flag) {
   ctx.scratch = scratch_;
   ctx.cooperative_launch = cooperative_launch_;
   ctx.dependent_launch = dependent_launch_;
+  ctx.warpgroup_mma = warpgroup_mma_;
   if (with_error_flag) ctx.error_flag = device_ptr<int32_t>(error_flag());
   return ctx;
 }

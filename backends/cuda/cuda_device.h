@@ -172,6 +172,7 @@ class CudaDevice final : public Device {
   bool cooperative_launch_ = false;  // TRIDENT_CUDA_COOPERATIVE (on) and the device allows it
   // TRIDENT_CUDA_DEPENDENT_LAUNCH (on) and compute capability 9.0+ (kernels/cuda/launch.cuh).
   bool dependent_launch_ = false;
+  bool warpgroup_mma_ = false;  // KernelContext::warpgroup_mma
   // The stream ops are queued on: main_stream_, or side_stream_ while queue_beside's work is
   // being queued (scratch_ then the side stream's own reduction scratch).
   cudaStream_t stream_ = nullptr;

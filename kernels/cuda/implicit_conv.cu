@@ -14,6 +14,7 @@
 #include "trident/kernels/cuda/implicit_conv_layout.cuh"
 #include "trident/kernels/cuda/implicit_conv_mma.cuh"
 #include "trident/kernels/cuda/launch.cuh"
+#include "trident/kernels/cuda/wgmma_conv.h"
 
 namespace trident::cuda {
 namespace {
@@ -47,12 +48,6 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
             int64_t m_total) {
   using S = StorageOf<M>;
   if (count == 0 || m_total == 0) return;
-  if constexpr (!std::is_same_v<M, Tf32>) {
-    const DType dtype = std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
-    if (count == 1 && w_offsets[0] == 0 &&
-        launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, gs[0], batch, m_total))
-      return;
-  }
   GatherProducts products{};
   int64_t most = 0;
   for (int z = 0; z < count; ++z) {
@@ -62,6 +57,16 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
     most = std::max<int64_t>(most, products.columns[z]);
   }
   if (most == 0) return;
+  if constexpr (!std::is_same_v<M, Tf32>) {
+    const DType dtype = std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
+    if (ctx.warpgroup_mma && wgmma_gather_fits(dtype, gs, count, m_total)) {
+      launch_wgmma_gather(ctx, dtype, in_t, w_t, bias, out, products, count, most, m_total);
+      return;
+    }
+    if (count == 1 && w_offsets[0] == 0 &&
+        launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, gs[0], batch, m_total))
+      return;
+  }
   with_block_rows(m_total, [&](auto bm) {
     constexpr int BM = decltype(bm)::value;
     constexpr int BN = kGatherBN<BM>;
@@ -162,6 +167,11 @@ void with_math(const Conv2dShape& s, F&& f) {
     f(Tf32{});
 }
 
+// Whether the weight gradient of s goes to the warpgroup-multiply kernel.
+bool wgmma_weight_gradient(bool warpgroup_mma, const Conv2dShape& s) {
+  return warpgroup_mma && wgmma_wgrad_fits(s.dtype, forward_gather(s), s.out_channels);
+}
+
 }  // namespace
 
 bool implicit_conv_available() {
@@ -190,7 +200,7 @@ bool implicit_conv_fits(const Conv2dShape& s) {
          s.width + 2 * s.pad_w + s.kernel_w < kMaxExtent;
 }
 
-ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
+ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s, bool warpgroup_mma) {
   ImplicitConvWorkspace ws;
   const int64_t element = int64_t(dtype_size(s.dtype));
   const int64_t bm = s.out_channels <= 32 ? 32 : s.out_channels <= 64 ? 64 : 128;
@@ -198,10 +208,15 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
                         ((s.patch_size() + kWgradBN - 1) / kWgradBN);
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   // The halo-window kernel's slices where it takes the shape (halo_conv.h); else about four
-  // blocks per SM, each slice at least 8 steps long, partials at most 64 MB.
-  ws.splits = halo_wgrad_splits(sms, s.dtype, forward_gather(s), s.batch, s.out_channels);
-  const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles;
-  const int64_t most = std::max<int64_t>(1, positions / (8 * kSliceRound));
+  // blocks per SM (eight for the warpgroup kernel, two of whose blocks share an SM: ResNet-9 bf16
+  // 5.17 -> 5.14 ms a step on an H200), each slice at least 8 steps long (the built-in ResNet's
+  // 14x14 layers had 4 at eight blocks an SM: 0.981 -> 0.989 ms), partials at most 64 MB.
+  const bool wgmma = wgmma_weight_gradient(warpgroup_mma, s);
+  ws.splits =
+      wgmma ? 0 : halo_wgrad_splits(sms, s.dtype, forward_gather(s), s.batch, s.out_channels);
+  const int64_t want = ((wgmma ? 8 : 4) * int64_t(sms) + tiles - 1) / tiles;
+  const int64_t step = wgmma ? kWgmmaWgradStep : kSliceRound;
+  const int64_t most = std::max<int64_t>(1, positions / (8 * step));
   const int64_t memory = std::max<int64_t>(1, (int64_t(64) << 20) / (4 * s.weight_numel()));
   if (ws.splits == 0) ws.splits = std::max<int64_t>(1, std::min({want, most, memory}));
   ws.x_t = 0;
@@ -216,7 +231,7 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s) {
 void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
                                   const void* w, const float* bias, void* y, char* workspace) {
   if (s.batch == 0) return;
-  const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
+  const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s, ctx.warpgroup_mma);
   with_math(s, [&](auto tag) {
     using M = decltype(tag);
     using S = StorageOf<M>;
@@ -234,7 +249,7 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     cudaMemsetAsync(dw, 0, size_t(s.weight_numel()) * sizeof(float), ctx.stream);
     return;
   }
-  const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s);
+  const ImplicitConvWorkspace ws = implicit_conv_workspace(ctx.sms, s, ctx.warpgroup_mma);
   const int64_t ckk = s.patch_size();
   const int64_t positions = s.batch * s.out_height() * s.out_width();
   const int64_t slice = (positions + ws.splits - 1) / ws.splits;
@@ -243,7 +258,9 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
   // 16-bit 3x3 kernels on halo windows where that kernel takes the shape (its slices sized the
   // workspace then; partials in (c, r, s) column order), else the tile-per-step kernel here
   // ((r, s, c) order).
+  const bool wgmma = wgmma_weight_gradient(ctx.warpgroup_mma, s);
   const bool halo =
+      !wgmma &&
       halo_wgrad_splits(ctx.sms, s.dtype, forward_gather(s), s.batch, s.out_channels) > 0;
   with_math(s, [&](auto tag) {
     using M = decltype(tag);
@@ -252,7 +269,10 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
       transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
     transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
                  s.out_height() * s.out_width());
-    if (halo) {
+    if (wgmma) {
+      launch_wgmma_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
+                         forward_gather(s), s.batch, s.out_channels, ws.splits);
+    } else if (halo) {
       launch_halo_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
                         forward_gather(s), s.batch, s.out_channels, ws.splits);
     } else {

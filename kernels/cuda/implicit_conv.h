@@ -17,11 +17,13 @@
 //   weight gradient: dw[OC, C*KH*KW] = sum over positions of dy times the gathered x, split over
 //                    slices of the positions into float32 partials that a fixed-order reduction
 //                    sums (launch_conv_grad_reduce).
-// The 16-bit forward and data-gradient products go to kernels/cuda/halo_conv.h's halo-window
-// kernels where those take the shape (up to 64 output channels, a row within a block's
-// positions), else to the tile-per-step gather kernel here; so does a 16-bit 3x3 kernel's
-// weight gradient (its slices are then the halo kernel's blocks). Needs sm_80 or later code in the
-// binary (implicit_conv_available()).
+// On an H100 or H200, 16-bit products whose channels come in 64s go to the warpgroup-multiply
+// kernels (kernels/cuda/wgmma_conv.h), all three of them. Elsewhere the 16-bit forward and
+// data-gradient products go to kernels/cuda/halo_conv.h's halo-window kernels where those take
+// the shape (up to 64 output channels, a row within a block's positions), else to the
+// tile-per-step gather kernel here; so does a 16-bit 3x3 kernel's weight gradient (its slices are
+// then the halo kernel's blocks). Needs sm_80 or later code in the binary
+// (implicit_conv_available()).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +45,9 @@ struct ImplicitConvWorkspace {
   size_t x_t = 0, dy_t = 0, w_t = 0, w_flip = 0, partials = 0, bytes = 0;  // byte offsets; total
   int64_t splits = 1;  // slices of the positions the weight gradient is split over
 };
-// A function of the shape and the SM count only, so results do not depend on timing.
-ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s);
+// A function of the shape, the SM count and whether the device runs the warpgroup-multiply
+// kernels (KernelContext::warpgroup_mma) only, so results do not depend on timing.
+ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s, bool warpgroup_mma);
 
 // y from x (NCHW); leaves x in NHWC at ws.x_t and the flipped kernel at ws.w_flip, which the
 // backward may reuse.

@@ -40,6 +40,9 @@ struct KernelContext {
   // Whether launch() may start a kernel before the one before it has completed (programmatic
   // dependent launch, compute capability 9.0+; see launch.cuh).
   bool dependent_launch = false;
+  // Whether the implicit convolution may use the sm_90a warpgroup-multiply kernels
+  // (wgmma_conv.h): the device loaded them and TRIDENT_CUDA_WGMMA is not 0.
+  bool warpgroup_mma = false;
 };
 
 }  // namespace trident::cuda
