@@ -695,13 +695,18 @@ TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
           "[cuda][half][conv2d][tf32]") {
   if (std::getenv("TRIDENT_CUDA_TF32")) return;
   // 3x3, stride 1 and stride 2: every product of forward and backward on TF32 tensor cores (the
-  // implicit kernels at stride 1, cuBLAS's GEMMs over im2col columns at stride 2).
-  for (const int64_t stride : {1, 2}) {
+  // implicit kernels at stride 1, cuBLAS's GEMMs over im2col columns at stride 2). At stride 1
+  // with 64 -> 96 channels too: on an H100 or H200 the forward (96 output channels, a partial
+  // block of 128) and the data gradient (64) take the warpgroup-multiply kernel, whose operands
+  // the layout passes round.
+  for (const int64_t stride : {1, 2, 0}) {
     Conv2dShape s;
-    s.batch = 4, s.in_channels = 32, s.height = 17 * stride, s.width = 15 * stride;
-    s.out_channels = 64, s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = 1;
-    s.stride_h = s.stride_w = stride;
-    INFO("stride " << stride);
+    const bool wide = stride == 0;
+    s.stride_h = s.stride_w = wide ? 1 : stride;
+    s.batch = 4, s.in_channels = wide ? 64 : 32;
+    s.height = 17 * s.stride_h, s.width = 15 * s.stride_w;
+    s.out_channels = wide ? 96 : 64, s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = 1;
+    INFO("stride " << s.stride_h << ", " << s.in_channels << " -> " << s.out_channels);
     check_tf32_takes_effect(s);
   }
 }

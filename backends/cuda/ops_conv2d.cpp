@@ -162,7 +162,8 @@ bool CudaDevice::direct_conv(const Conv2dShape& s) const {
 
 size_t CudaDevice::do_conv2d_workspace_bytes(const Conv2dShape& s) const {
   if (s.batch == 0) return 0;
-  if (implicit_conv(s)) return implicit_conv_workspace(info_.compute_units, s, warpgroup_mma_).bytes;
+  if (implicit_conv(s))
+    return implicit_conv_workspace(info_.compute_units, s, warpgroup_mma_).bytes;
   if (winograd_conv(s)) return winograd_workspace_bytes(s);
   const ConvPlan plan(s);
   return plan.workspace_bytes();

@@ -195,4 +195,15 @@ struct AnyFloat {
   explicit __host__ __device__ operator bool() const { return p != nullptr; }
 };
 
+// v rounded to TF32 (10 mantissa bits), to nearest (cvt.rna), as wmma::__float_to_tf32 does.
+__device__ __forceinline__ float round_to_tf32(float v) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  unsigned out;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(v));
+  return __uint_as_float(out);
+#else
+  return v;
+#endif
+}
+
 }  // namespace trident::cuda

@@ -22,6 +22,11 @@ namespace {
 using namespace implicit_gemm;  // the kernels and their constants
 using layout::transpose;
 
+// Whether math M multiplies TF32: its operands are then rounded once, by the layout passes
+// (layout::stored).
+template <typename M>
+constexpr bool kTf32 = std::is_same_v<M, Tf32>;
+
 // Launches kKernel with its dynamic shared memory.
 template <auto kKernel, typename... Args>
 void launch_with_smem(const KernelContext& ctx, int bytes, dim3 grid, const Args&... args) {
@@ -57,12 +62,13 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
     most = std::max<int64_t>(most, products.columns[z]);
   }
   if (most == 0) return;
-  if constexpr (!std::is_same_v<M, Tf32>) {
-    const DType dtype = std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
-    if (ctx.warpgroup_mma && wgmma_gather_fits(dtype, gs, count, m_total)) {
-      launch_wgmma_gather(ctx, dtype, in_t, w_t, bias, out, products, count, most, m_total);
-      return;
-    }
+  const DType dtype =
+      kTf32<M> ? DType::f32 : std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
+  if (ctx.warpgroup_mma && wgmma_gather_fits(dtype, gs, count, m_total)) {
+    launch_wgmma_gather(ctx, dtype, in_t, w_t, bias, out, products, count, most, m_total);
+    return;
+  }
+  if constexpr (!kTf32<M>) {
     if (count == 1 && w_offsets[0] == 0 &&
         launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, gs[0], batch, m_total))
       return;
@@ -142,11 +148,12 @@ void data_gradient(const KernelContext& ctx, const Conv2dShape& s, const void* d
 
 int64_t round_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// s's weights to arrange (layout::arrange_weights) into w_t (unless null) and w_flip.
-template <typename S>
+// s's weights to arrange (layout::arrange_weights) into w_t (unless null) and w_flip, for math M.
+template <typename M, typename S = StorageOf<M>>
 layout::WeightArrangement<S> weight_arrangement(const Conv2dShape& s, const void* w, void* w_t,
                                                 void* w_flip) {
   layout::WeightArrangement<S> a;
+  a.tf32 = kTf32<M>;
   a.w = static_cast<const S*>(w);
   a.w_t = static_cast<S*>(w_t);
   a.w_flip = static_cast<S*>(w_flip);
@@ -236,7 +243,7 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
     using M = decltype(tag);
     using S = StorageOf<M>;
     transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width,
-                 weight_arrangement<S>(s, w, workspace + ws.w_t, workspace + ws.w_flip));
+                 kTf32<M>, weight_arrangement<M>(s, w, workspace + ws.w_t, workspace + ws.w_flip));
     gather<M>(ctx, workspace + ws.x_t, workspace + ws.w_t, bias, y, forward_gather(s), s.batch,
               s.out_channels);
   });
@@ -266,9 +273,10 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     using M = decltype(tag);
     using S = StorageOf<M>;
     if (!x_t_valid)
-      transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width);
+      transpose<S>(ctx, x, workspace + ws.x_t, s.batch, s.in_channels, s.height * s.width,
+                   kTf32<M>);
     transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
-                 s.out_height() * s.out_width());
+                 s.out_height() * s.out_width(), kTf32<M>);
     if (wgmma) {
       launch_wgmma_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
                          forward_gather(s), s.batch, s.out_channels, ws.splits);
@@ -291,7 +299,7 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     }
     if (!dx) return;
     if (!x_t_valid) {  // else the forward left it
-      const auto arrange = weight_arrangement<S>(s, w, nullptr, workspace + ws.w_flip);
+      const auto arrange = weight_arrangement<M>(s, w, nullptr, workspace + ws.w_flip);
       launch(ctx, layout::arrange_weights_kernel<S>, unsigned(arrange.blocks), layout::kThreads,
              0, arrange);
     }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/launch.cuh"
@@ -16,6 +17,15 @@ template <typename S>
 constexpr int kVec = 16 / int(sizeof(S));  // elements per 16-byte vector
 template <typename S>
 using Vec = Pack<S, kVec<S>>;
+
+// v, rounded to TF32 where `tf32` (float32 only): the operands of TF32 products are rounded once,
+// here, so that the warpgroup kernels (which read them from shared memory and would truncate)
+// and the mma.sync ones (which round again, to the same) multiply the same values.
+template <typename S>
+__device__ __forceinline__ S stored(S v, bool tf32) {
+  if constexpr (std::is_same_v<S, float>) return tf32 ? round_to_tf32(v) : v;
+  return v;
+}
 
 // The data gradient of a convolution with stride S along an axis of kernel extent K is a sum of
 // S stride-1 products over dy, one per phase q < S of dx's positions (kernels/cuda/
@@ -51,6 +61,7 @@ struct WeightArrangement {
   S* w_flip = nullptr;
   int oc_total = 0, c_total = 0, kh = 1, kw = 1, sy = 1, sx = 1;
   int blocks = 0;  // blocks of kThreads it takes
+  bool tf32 = false;  // round to TF32 (stored)
 };
 
 // Elements first, first + step, ... of the arrangement.
@@ -60,7 +71,7 @@ __device__ void arrange_weights(const WeightArrangement<S>& a, int first, int st
   for (int i = first; i < total; i += step) {
     const int tap = i % taps, rest = i / taps, c = rest % a.c_total, oc = rest / a.c_total;
     const int r = tap / a.kw, s = tap - r * a.kw;
-    const S v = a.w[i];
+    const S v = stored(a.w[i], a.tf32);
     if (a.w_t) a.w_t[(oc * taps + tap) * a.c_total + c] = v;
     const int qy = r % a.sy, qx = s % a.sx;
     const int ty = phase_taps(a.kh, a.sy, qy), tx = phase_taps(a.kw, a.sx, qx);
@@ -79,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) arrange_weights_kernel(WeightArrange
 // dst[b, j, i] = src[b, i, j] for src [batches, rows, cols] (32 x 32 tiles through shared memory).
 template <typename S>
 __global__ void transpose_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows,
-                                 int cols) {
+                                 int cols, bool tf32) {
   wait_for_prior_grids();
   __shared__ S tile[32][33];
   const int64_t batch = blockIdx.z;
@@ -93,7 +104,7 @@ __global__ void transpose_kernel(const S* __restrict__ src, S* __restrict__ dst,
   __syncthreads();
   for (int dj = threadIdx.y; dj < 32; dj += 8) {
     const int j = j0 + dj, i = i0 + threadIdx.x;
-    if (i < rows && j < cols) out[int64_t(j) * rows + i] = tile[threadIdx.x][dj];
+    if (i < rows && j < cols) out[int64_t(j) * rows + i] = stored(tile[threadIdx.x][dj], tf32);
   }
 }
 
@@ -105,7 +116,7 @@ constexpr int kSampleTransposeBytes = 96 * 1024;
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     transpose_sample_kernel(const S* __restrict__ src, S* __restrict__ dst, int rows, int cols,
-                            WeightArrangement<S> arrange) {
+                            WeightArrangement<S> arrange, bool tf32) {
   wait_for_prior_grids();
   if (int(blockIdx.x) < arrange.blocks) {
     arrange_weights(arrange, int(blockIdx.x) * kThreads + int(threadIdx.x),
@@ -124,16 +135,17 @@ __global__ void __launch_bounds__(kThreads)
     const int j = v / row_vectors, i0 = (v - j * row_vectors) * V;
     Vec<S> out;
 #pragma unroll
-    for (int e = 0; e < V; ++e) out.v[e] = tile[(i0 + e) * cols + j];
+    for (int e = 0; e < V; ++e) out.v[e] = stored(tile[(i0 + e) * cols + j], tf32);
     reinterpret_cast<Vec<S>*>(dst + base)[v] = out;
   }
 }
 
-// dst[b] = src[b]^T for src [batches, rows, cols]; and, where arrange.w is set, the weight
-// arrangement (in the same launch where the per-sample kernel takes the shape).
+// dst[b] = src[b]^T for src [batches, rows, cols], rounded to TF32 where `tf32`; and, where
+// arrange.w is set, the weight arrangement (in the same launch where the per-sample kernel takes
+// the shape).
 template <typename S>
 inline void transpose(const KernelContext& ctx, const void* src, void* dst, int64_t batches,
-                      int64_t rows, int64_t cols, WeightArrangement<S> arrange = {}) {
+                      int64_t rows, int64_t cols, bool tf32, WeightArrangement<S> arrange = {}) {
   if (!arrange.w) arrange.blocks = 0;
   const int64_t bytes = rows * cols * int64_t(sizeof(S));
   if (rows % kVec<S> == 0 && bytes <= kSampleTransposeBytes && pack_aligned(src, 16) &&
@@ -141,12 +153,12 @@ inline void transpose(const KernelContext& ctx, const void* src, void* dst, int6
     allow_dynamic_shared_memory<transpose_sample_kernel<S>>(kSampleTransposeBytes);
     launch(ctx, transpose_sample_kernel<S>, unsigned(batches + arrange.blocks), kThreads,
            size_t(bytes), static_cast<const S*>(src), static_cast<S*>(dst), int(rows), int(cols),
-           arrange);
+           arrange, tf32);
     return;
   }
   const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32), unsigned(batches));
   launch(ctx, transpose_kernel<S>, grid, dim3(32, 8), 0, static_cast<const S*>(src),
-         static_cast<S*>(dst), int(rows), int(cols));
+         static_cast<S*>(dst), int(rows), int(cols), tf32);
   if (arrange.blocks > 0)
     launch(ctx, arrange_weights_kernel<S>, unsigned(arrange.blocks), kThreads, 0, arrange);
 }

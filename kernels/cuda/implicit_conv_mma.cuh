@@ -129,11 +129,7 @@ __device__ __forceinline__ void mma_tf32_16x8x8(float (&d)[4], const unsigned (&
 
 // A float32's bits rounded to TF32, to nearest (cvt.rna), as wmma::__float_to_tf32 does.
 __device__ __forceinline__ unsigned to_tf32(unsigned bits) {
-  unsigned out = bits;
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(__uint_as_float(bits)));
-#endif
-  return out;
+  return __float_as_uint(round_to_tf32(__uint_as_float(bits)));
 }
 
 // D += A B on a 16x8x16 tile of 16-bit operands S (Bf16 or F16), float32 accumulation.

@@ -5,7 +5,9 @@
 // device loaded them, TRIDENT_CUDA_WGMMA is not 0) and the *_fits functions say so, its mma.sync
 // and halo-window kernels everywhere else. ResNet-9 (bench/bench_models.h) bf16 on an H200: 6.30
 // -> 5.14 ms a step (its 32x32 and 16x16 convolutions at about 570 TFLOP/s forward and data
-// gradient, 380 weight gradient, against 250 and 190 on mma.sync); fp16 6.65 -> 5.41.
+// gradient, 380 weight gradient, against 250 and 190 on mma.sync); fp16 6.65 -> 5.41; tf32
+// 12.24 -> 10.02 (the gathered products only: TF32 takes no MN-major operands, so its weight
+// gradient stays on mma.sync).
 #pragma once
 #include <cstdint>
 
@@ -22,15 +24,17 @@ struct GatherProducts;
 // Whether the current device loaded the sm_90a kernels (false on any other architecture).
 bool wgmma_conv_available();
 
-// Whether the products gs[0, count) with m_total output channels fit the kernel: bf16 or fp16,
-// more than 32 output channels, input channels (gs[z].xc) in 64s.
+// Whether the products gs[0, count) with m_total output channels fit the kernel: more than 32
+// output channels; bf16 or fp16 with input channels (gs[z].xc) in 64s, or float32 (TF32: only
+// where implicit_conv_fits allowed it, the operands rounded by the layout passes) in 32s.
 bool wgmma_gather_fits(DType dtype, const ConvGather* gs, int count, int64_t m_total);
 
 // The products (implicit_conv_kernels.cuh's GatherProducts, `count` of them, the longest with
 // `most` positions) in one launch, as implicit_conv.cu's gather kernel would compute them.
 void launch_wgmma_gather(const KernelContext& ctx, DType dtype, const void* in_t, const void* w_t,
-                         const float* bias, void* out, const implicit_gemm::GatherProducts& products,
-                         int count, int64_t most, int64_t m_total);
+                         const float* bias, void* out,
+                         const implicit_gemm::GatherProducts& products, int count, int64_t most,
+                         int64_t m_total);
 
 // Positions per K step of the weight-gradient kernel.
 constexpr int kWgmmaWgradStep = 64;

@@ -1,18 +1,21 @@
 // The gathered product of the implicit-GEMM convolution (implicit_conv.cu's gather kernel: the
 // forward, and the data gradient's phases) on Hopper's warpgroup multiply (wgmma.mma_async), for
-// 16-bit operands whose channels come in 64s and more than 32 output channels. Built for sm_90a
-// only (CMake: trident_cuda_sm90a); kernels/cuda/wgmma_conv.h says when it is used.
+// more than 32 output channels and 16-bit operands whose channels come in 64s, or TF32 ones in
+// 32s. Built for sm_90a only (CMake: trident_cuda_sm90a); kernels/cuda/wgmma_conv.h says when
+// it is used.
 //
 // A block computes C[BM output channels, 128 positions] with one warpgroup (BM = 64, for up to 64
 // output channels) or two (BM = 128), each 64 rows by 128 (one m64n128k16 instruction per 16
-// channels). A K step is 64 channels of one tap: A[BM][64] of the kernel w_t[m, r, s, c] and
-// B[128][64] of the gathered NHWC input, each row 128 bytes, copied by cp.async straight into
-// shared memory in wgmma's 128-byte swizzle (zeros outside the image), kStages deep. mma.sync
-// (implicit_conv_mma.cuh) reads every fragment through registers, eight warps each issuing its
-// own small products; here the tensor cores read the tiles from shared memory themselves.
+// channels; m64n128k8 per 8 in TF32). A K step is a 128-byte row of one tap's channels (64 16-bit
+// ones, 32 floats): A[BM][row] of the kernel w_t[m, r, s, c] and B[128][row] of the gathered
+// NHWC input, copied by cp.async straight into shared memory in wgmma's 128-byte swizzle (zeros
+// outside the image), kStages deep. mma.sync (implicit_conv_mma.cuh) reads every fragment
+// through registers, eight warps each issuing its own small products; here the tensor cores read
+// the tiles from shared memory themselves.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "trident/kernels/cuda/float_types.cuh"
 #include "trident/kernels/cuda/implicit_conv_kernels.cuh"
@@ -30,10 +33,15 @@ using tile_mma::copy_async16;
 using tile_mma::copy_async_commit;
 using tile_mma::copy_async_wait;
 
-constexpr int kBK = 64;  // channels per K step: a 128-byte row
-constexpr int kRowBytes = kBK * 2;
+using tile_mma::StorageOf;
+using tile_mma::Tf32;
+
+constexpr int kRowBytes = 128;  // a K step of one row: wgmma's 128-byte swizzle
 constexpr int kChunks = kRowBytes / 16;  // 16-byte copies per row
 constexpr int kStages = 3;
+// Channels per K step for math M: 64 16-bit ones, 32 floats (TF32).
+template <typename M>
+constexpr int kStepChannels = kRowBytes / int(sizeof(StorageOf<M>));
 
 // A block of kWarpgroups warpgroups (each 64 output channels by BN = 128 positions), three
 // stages deep; each step's products complete before the next step's barrier, and the copies run
@@ -52,7 +60,19 @@ struct Config {
   static constexpr int kBlocksPerSm = kWarpgroups == 2 ? 2 : 3;
 };
 
-template <typename S, int kWarpgroups>
+// One K step's products: 16 16-bit channels (or 8 TF32 ones, the same 32 bytes) an instruction.
+template <typename M>
+__device__ __forceinline__ void multiply_step(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {  // each 32 bytes further: +2 in a descriptor
+    if constexpr (std::is_same_v<M, Tf32>)
+      wgmma::mma_m64n128k8_tf32(d, desc_a + 2 * k, desc_b + 2 * k, 1);
+    else
+      wgmma::mma_m64n128k16(wgmma::Tag<M>{}, d, desc_a + 2 * k, desc_b + 2 * k, 1);
+  }
+}
+
+template <typename M, int kWarpgroups, typename S = StorageOf<M>>
 __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgroups>::kBlocksPerSm)
     wgmma_gather_kernel(const S* __restrict__ in_t, const S* __restrict__ w_t,
                         const float* __restrict__ bias, S* __restrict__ out,
@@ -60,6 +80,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
   wait_for_prior_grids();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Config<kWarpgroups>;
+  constexpr int kBK = kStepChannels<M>, V = 16 / int(sizeof(S));  // V: elements a copy
   constexpr int BM = C::BM, BN = C::BN, kThreads = C::kThreads;
   const Gather& g = products.g[blockIdx.z];
   const int columns = products.columns[blockIdx.z];
@@ -88,7 +109,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     const int oy = pos / g.yw, ox = pos - oy * g.yw;
     b_iy[i] = ok ? oy * g.sy - g.ph : kFarOutside;
     b_ix[i] = ox * g.sx - g.pw;
-    b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * 8 : 0;
+    b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * V : 0;
   }
   const S* a_src[kARows];
   bool a_ok[kARows];
@@ -96,7 +117,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
   for (int i = 0; i < kARows; ++i) {
     const int m = m0 + row0 + i * kRowsPerPass;
     a_ok[i] = m < m_total;
-    a_src[i] = w_t + int64_t(a_ok[i] ? m : 0) * k_total + cv * 8;
+    a_src[i] = w_t + int64_t(a_ok[i] ? m : 0) * k_total + cv * V;
   }
   // The tap (r, s) and first channel c0 of the next step to copy (copies go in step order).
   int next_r = 0, next_s = 0, next_c0 = 0, next_k0 = 0;
@@ -145,9 +166,7 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
     const uint32_t b = smem_base + (step % kStages) * C::kStageBytes + C::kABytes;
     const uint64_t desc_a = wgmma::descriptor(a), desc_b = wgmma::descriptor(b);
     wgmma::fence();
-#pragma unroll
-    for (int k = 0; k < kBK / 16; ++k)  // each 16 channels 32 bytes further: +2 in a descriptor
-      wgmma::mma_m64n128k16(wgmma::Tag<S>{}, d, desc_a + 2 * k, desc_b + 2 * k, 1);
+    multiply_step<M>(d, desc_a, desc_b);
     wgmma::commit();
     wgmma::wait<0>();
   }
@@ -182,12 +201,12 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
 #endif
 }
 
-template <typename S, int kWarpgroups>
+template <typename M, int kWarpgroups, typename S = StorageOf<M>>
 void launch_type(const KernelContext& ctx, const void* in_t, const void* w_t, const float* bias,
                  void* out, const GatherProducts& products, int count, int64_t most,
                  int64_t m_total) {
   using C = Config<kWarpgroups>;
-  constexpr auto kKernel = wgmma_gather_kernel<S, kWarpgroups>;
+  constexpr auto kKernel = wgmma_gather_kernel<M, kWarpgroups>;
   allow_dynamic_shared_memory<kKernel>(C::kSmemBytes);
   const dim3 grid(unsigned((most + C::BN - 1) / C::BN), unsigned((m_total + C::BM - 1) / C::BM),
                   unsigned(count));
@@ -195,14 +214,14 @@ void launch_type(const KernelContext& ctx, const void* in_t, const void* w_t, co
          static_cast<const S*>(w_t), bias, static_cast<S*>(out), products, int(m_total));
 }
 
-template <typename S>
+template <typename M>
 void launch_type(const KernelContext& ctx, const void* in_t, const void* w_t, const float* bias,
                  void* out, const GatherProducts& products, int count, int64_t most,
                  int64_t m_total) {
   if (m_total <= 64)
-    launch_type<S, 1>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
+    launch_type<M, 1>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
   else
-    launch_type<S, 2>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
+    launch_type<M, 2>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
 }
 
 }  // namespace
@@ -217,10 +236,11 @@ bool wgmma_conv_available() {
 }
 
 bool wgmma_gather_fits(DType dtype, const Gather* gs, int count, int64_t m_total) {
-  if (dtype != DType::bf16 && dtype != DType::f16) return false;
+  // float32 only comes with TF32 allowed (implicit_conv_fits), and its operands rounded.
   if (m_total <= 32) return false;  // half a warpgroup's rows would idle
+  const int step = dtype == DType::f32 ? kStepChannels<Tf32> : kStepChannels<Bf16>;
   for (int z = 0; z < count; ++z)
-    if (gs[z].xc % kBK != 0) return false;
+    if (gs[z].xc % step != 0) return false;
   return true;
 }
 
@@ -230,8 +250,10 @@ void launch_wgmma_gather(const KernelContext& ctx, DType dtype, const void* in_t
                          int64_t m_total) {
   if (dtype == DType::bf16)
     launch_type<Bf16>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
-  else
+  else if (dtype == DType::f16)
     launch_type<F16>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
+  else
+    launch_type<Tf32>(ctx, in_t, w_t, bias, out, products, count, most, m_total);
 }
 
 }  // namespace trident::cuda
