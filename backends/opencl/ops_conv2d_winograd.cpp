@@ -58,10 +58,9 @@ struct TileArgs {
 // threads) gave wrong convolutions from these kernels in three runs in session 37 (one of the
 // whole suite, two of the convolution test alone), right ones in a run earlier that day and in
 // earlier sessions; PoCL 3.1 (CI's) and NVIDIA's driver pass every run, and the cause is not
-// found (docs/PERFORMANCE.md, session 37). A likely suspect, not tested: PoCL's reported
-// miscompilations of barriers inside loops under its default "loopvec" work-group method
-// (pocl/pocl#1390, #1435; POCL_WORK_GROUP_METHOD=cbs avoids those), and winograd_conv (the
-// failing kernel: y and dx went wrong, dw did not) has barriers inside loops. A CPU runs its
+// found (docs/PERFORMANCE.md, sessions 37 and 38). It is not PoCL's reported loopvec
+// miscompilation of barriers in loops (pocl/pocl#1390, #1435): under POCL_WORK_GROUP_METHOD=cbs,
+// which avoids that, far more of Trident's kernels went wrong there (session 38). A CPU runs its
 // convolutions as im2col + GEMM unless TRIDENT_OPENCL_WINOGRAD=1 (the suite's ctest run sets it,
 // so that CI's PoCL keeps testing the kernels); TRIDENT_OPENCL_WINOGRAD=0 turns them off
 // everywhere.
