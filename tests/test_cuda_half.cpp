@@ -293,8 +293,10 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         // and H200: more than 64 output channels, input channels in 64s): 192
                         // output channels (a partial second block of 128 rows) and a data
                         // gradient over 192; the data gradient's four phases at stride 2; 5x5
-                        // taps; a 3x5 kernel.
+                        // taps; a 3x5 kernel; 48 output channels (one warpgroup, partly
+                        // idle, forward and weight gradient).
                         {3, 128, 12, 10, 192, 3, 1, 1, true},
+                        {2, 64, 12, 11, 48, 3, 1, 1, true},
                         {4, 128, 23, 21, 64, 3, 2, 1, false},
                         {2, 64, 13, 12, 128, 5, 1, 2, true},
                         {3, 128, 11, 14, 128, 3, 1, 1, false, 5, 1}};
