@@ -60,6 +60,45 @@ constexpr int kFarOutside = -2 * kMaxExtent;
 
 constexpr int kGatherStages = 3;
 
+// Writes a gather block's results: c[row * ldc + j] (float, shared memory) holds output channel
+// m0 + row at position col0 + j of `positions` a sample. Thread tid takes j = tid % BN and rows
+// tid / BN, + kThreads / BN, ..., each to out[n, m, oy, ox] (NCHW; a data-gradient phase's
+// positions at a stride) + bias[m], rounded once: coalesced along the positions.
+template <int BM, int BN, int kThreads, typename S>
+__device__ __forceinline__ void store_gather_tile(const float* c, int ldc, const Gather& g, S* out,
+                                                  const float* bias, int m0, int m_total,
+                                                  int col0, int columns, int positions) {
+  const int tid = threadIdx.x;
+  const int j = tid % BN, column = col0 + j;
+  if (column >= columns) return;
+  // Output position (oy, ox) at (oy0 + oy * osy, ox0 + ox * osx) of the out_h x out_w plane.
+  const int n = column / positions, pos = column - n * positions;
+  const int oy = pos / g.yw, ox = pos - oy * g.yw;
+  const int plane_w = g.plane_w(), plane = g.plane_h() * plane_w;
+  S* out_n = out + int64_t(n) * m_total * plane + (g.oy0 + oy * g.osy) * plane_w + g.ox0 +
+             ox * g.osx;
+#pragma unroll 4
+  for (int row = tid / BN; row < BM; row += kThreads / BN) {
+    const int m = m0 + row;
+    if (m >= m_total) break;
+    out_n[int64_t(m) * plane] = from_float<S>(c[row * ldc + j] + (bias ? bias[m] : 0.0f));
+  }
+}
+
+// Entry i of a weight-gradient step's position table t ([3][k_step]): position p of the batch
+// (of `positions` a sample) as the x_t offset of its window's corner (n, oy SY - PH, ox SX - PW),
+// that row and that column; past p_end, row kFarOutside (every bounds check fails).
+__device__ __forceinline__ void decode_position(int* t, int k_step, int i, int p, int p_end,
+                                                int positions, const Gather& g) {
+  const bool ok = p < p_end;
+  const int n = ok ? p / positions : 0, pos = p - n * positions;
+  const int oy = pos / g.yw, ox = pos - oy * g.yw;
+  const int iy = ok ? oy * g.sy - g.ph : kFarOutside, ix = ox * g.sx - g.pw;
+  t[i] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
+  t[k_step + i] = iy;
+  t[2 * k_step + i] = ix;
+}
+
 // Up to kMaxProducts gathered products in one launch, product z in blocks (x, y, z): the phases
 // of a strided convolution's data gradient (data_gradient below), which as separate launches left
 // most of the GPU idle (each a few dozen blocks at 7x7 and 14x14). Product z reads its kernel
@@ -161,20 +200,8 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
   float* c = reinterpret_cast<float*>(smem);
   mma.store(c);
   __syncthreads();
-  const int j = tid % kBN, column = col0 + j;
-  if (column >= columns) return;
-  // Output position (oy, ox) at (oy0 + oy * osy, ox0 + ox * osx) of the out_h x out_w plane.
-  const int n = column / positions, pos = column - n * positions;
-  const int oy = pos / g.yw, ox = pos - oy * g.yw;
-  const int plane_w = g.plane_w(), plane = g.plane_h() * plane_w;
-  S* out_n = out + int64_t(n) * m_total * plane + (g.oy0 + oy * g.osy) * plane_w + g.ox0 +
-             ox * g.osx;
-#pragma unroll 4
-  for (int row = tid / kBN; row < BM; row += kThreads / kBN) {
-    const int m = m0 + row;
-    if (m >= m_total) break;
-    out_n[int64_t(m) * plane] = from_float<S>(c[row * Mma::kLdc + j] + (bias ? bias[m] : 0.0f));
-  }
+  store_gather_tile<BM, kBN, kThreads>(c, Mma::kLdc, g, out, bias, m0, m_total, col0, columns,
+                                       positions);
 #endif
 }
 
@@ -209,15 +236,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 2 : BM == 64 ? 3 : 4)
   const int b_shift = (r * g.xw + s) * g.xc + (j - tap * g.xc);
   auto table = [&](int step) { return tables + (step % kWgradStages) * 3 * kBK; };
   auto decode = [&](int step) {  // threads < kBK
-    int* t = table(step);
-    const int p = p_begin + step * kBK + tid;
-    const bool ok = p < p_end;
-    const int n = ok ? p / positions : 0, pos = p - n * positions;
-    const int oy = pos / g.yw, ox = pos - oy * g.yw;
-    const int iy = ok ? oy * g.sy - g.ph : kFarOutside, ix = ox * g.sx - g.pw;
-    t[tid] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
-    t[kBK + tid] = iy;
-    t[2 * kBK + tid] = ix;
+    decode_position(table(step), kBK, tid, p_begin + step * kBK + tid, p_end, positions, g);
   };
   auto copy = [&](int step) {
     const int stage = step % kWgradStages, p0 = p_begin + step * kBK;

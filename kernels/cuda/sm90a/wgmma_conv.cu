@@ -173,31 +173,10 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
   copy_async_wait<0>();
   __syncthreads();  // every warpgroup is done with the stages: C takes their memory
   float* c = reinterpret_cast<float*>(smem);
-  {
-    const int warp = (tid % 128) / 32, lane = tid % 32;
-    float* c_row = c + (warpgroup * 64 + warp * 16 + lane / 4) * C::kLdc + 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      *reinterpret_cast<float2*>(c_row + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
-      *reinterpret_cast<float2*>(c_row + 8 * C::kLdc + 8 * j) =
-          make_float2(d[4 * j + 2], d[4 * j + 3]);
-    }
-  }
+  wgmma::store_accumulators(d, c + warpgroup * 64 * C::kLdc, C::kLdc);
   __syncthreads();
-  const int j = tid % BN, column = col0 + j;
-  if (column >= columns) return;
-  // Output position (oy, ox) at (oy0 + oy * osy, ox0 + ox * osx) of the out_h x out_w plane.
-  const int n = column / positions, pos = column - n * positions;
-  const int oy = pos / g.yw, ox = pos - oy * g.yw;
-  const int plane_w = g.plane_w(), plane = g.plane_h() * plane_w;
-  S* out_n = out + int64_t(n) * m_total * plane + (g.oy0 + oy * g.osy) * plane_w + g.ox0 +
-             ox * g.osx;
-#pragma unroll 4
-  for (int row = tid / BN; row < BM; row += kThreads / BN) {
-    const int m = m0 + row;
-    if (m >= m_total) break;
-    out_n[int64_t(m) * plane] = from_float<S>(c[row * C::kLdc + j] + (bias ? bias[m] : 0.0f));
-  }
+  implicit_gemm::store_gather_tile<BM, BN, kThreads>(c, C::kLdc, g, out, bias, m0, m_total, col0,
+                                                     columns, positions);
 #endif
 }
 

@@ -1,10 +1,9 @@
-// Hopper's warpgroup multiply, wgmma.mma_async (PTX ISA 8.0+, sm_90a only), for
-// kernels/cuda/sm90a/wgmma_conv.cu: D[64 x N] (float, in registers) += A[64 x 16] B[16 x N], A and
-// B read from shared memory through matrix descriptors, both K-major. The four warps of a
-// warpgroup issue it together; it runs asynchronously until wgmma_wait. D's layout (PTX ISA,
-// "wgmma .m64nNk16 accumulator fragment"): warp w holds rows 16 w + lane / 4 (+ 8), and d[4 j +
-// e] is column 8 j + 2 (lane % 4) + e % 2 of the upper (e < 2) or lower row.
-// The instructions below were written out by a script (the operand lists run to 128 registers).
+// Hopper's warpgroup multiply, wgmma.mma_async (PTX ISA 8.0+, sm_90a only), for kernels/cuda/
+// sm90a/: D[64 x N] (float, in registers) += A[64 x K] B[K x N], A and B read from shared memory
+// through matrix descriptors. The four warps of a warpgroup issue it together; it runs
+// asynchronously until wait(). D's layout (PTX ISA, "wgmma .m64nNk16 accumulator fragment"):
+// warp w holds rows 16 w + lane / 4 (+ 8), and d[4 j + e] is column 8 j + 2 (lane % 4) + e % 2
+// of the upper (e < 2) or lower row (store_accumulators).
 #pragma once
 #include <cstdint>
 
@@ -54,125 +53,113 @@ __device__ __forceinline__ void fence_shared_for_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void mma_m64n128k16(Tag<Bf16>, float (&d)[64],
-                                             uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
-      : "memory");
-}
-__device__ __forceinline__ void mma_m64n128k16(Tag<F16>, float (&d)[64],
-                                             uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
-      : "memory");
-}
+// The accumulator operands of the instructions below: "{%0, ..., %(N/2 - 1)}" and d[0, N/2) in
+// place, for N = 128 and 64 (the lists were written out by a script).
+#define TRIDENT_WGMMA_D64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define TRIDENT_WGMMA_D64_OPERANDS \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+  "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+  "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
+  "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+  "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+  "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+  "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
+  "+f"(d[62]), "+f"(d[63])
+#define TRIDENT_WGMMA_D32 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define TRIDENT_WGMMA_D32_OPERANDS \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+  "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+  "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
+  "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
-// The same with both operands MN-major (A[64 x 16] stored with M contiguous, B[16 x N] with N
-// contiguous: the transpose flags set), N = 64: one 128-byte swizzle atom wide, so that only the
-// stride between groups of 8 K rows matters.
-__device__ __forceinline__ void mma_m64n64k16_mn_major(Tag<Bf16>, float (&d)[32],
-                                                     uint64_t desc_a, uint64_t desc_b,
-                                                     int scale_d) {
+// D[64 x 128] += A[64 x 16] B[16 x 128], 16-bit, both K-major. scale_d = 0 would ignore D's
+// old values.
+__device__ __forceinline__ void mma_m64n128k16(Tag<Bf16>, float (&d)[64], uint64_t desc_a,
+                                               uint64_t desc_b, int scale_d) {
   asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TRIDENT_WGMMA_D64
+      ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : TRIDENT_WGMMA_D64_OPERANDS
       : "l"(desc_a), "l"(desc_b), "r"(scale_d)
       : "memory");
 }
-__device__ __forceinline__ void mma_m64n64k16_mn_major(Tag<F16>, float (&d)[32],
-                                                     uint64_t desc_a, uint64_t desc_b,
-                                                     int scale_d) {
+__device__ __forceinline__ void mma_m64n128k16(Tag<F16>, float (&d)[64], uint64_t desc_a,
+                                               uint64_t desc_b, int scale_d) {
   asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TRIDENT_WGMMA_D64
+      ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : TRIDENT_WGMMA_D64_OPERANDS
       : "l"(desc_a), "l"(desc_b), "r"(scale_d)
       : "memory");
 }
 
 // D[64 x 128] += A[64 x 8] B[8 x 128] in TF32, both K-major (the only layout TF32 takes): the
 // tensor cores read each float32's TF32 bits and ignore the rest, so operands must come rounded.
-__device__ __forceinline__ void mma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                   int scale_d) {
+__device__ __forceinline__ void mma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a,
+                                                   uint64_t desc_b, int scale_d) {
   asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " TRIDENT_WGMMA_D64
+      ", %64, %65, p, 1, 1;\n}\n"
+      : TRIDENT_WGMMA_D64_OPERANDS
       : "l"(desc_a), "l"(desc_b), "r"(scale_d)
       : "memory");
+}
+
+// D[64 x 64] += A[64 x 16] B[16 x 64], 16-bit, both MN-major (A stored with M contiguous, B with
+// N contiguous: the transpose flags set), one 128-byte swizzle atom wide (descriptor_mn_major).
+__device__ __forceinline__ void mma_m64n64k16_mn_major(Tag<Bf16>, float (&d)[32],
+                                                       uint64_t desc_a, uint64_t desc_b,
+                                                       int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TRIDENT_WGMMA_D32
+      ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+      : TRIDENT_WGMMA_D32_OPERANDS
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
+      : "memory");
+}
+__device__ __forceinline__ void mma_m64n64k16_mn_major(Tag<F16>, float (&d)[32],
+                                                       uint64_t desc_a, uint64_t desc_b,
+                                                       int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " TRIDENT_WGMMA_D32
+      ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+      : TRIDENT_WGMMA_D32_OPERANDS
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
+      : "memory");
+}
+
+#undef TRIDENT_WGMMA_D64
+#undef TRIDENT_WGMMA_D64_OPERANDS
+#undef TRIDENT_WGMMA_D32
+#undef TRIDENT_WGMMA_D32_OPERANDS
+
+// This thread's accumulators d of a 64 x N product (N = 2 x the count) to c[row * ldc + column]
+// (float, shared memory), c at the warpgroup's row 0 and the product's column 0: float2 stores,
+// eight rows of a warp on distinct banks where ldc % 32 == 8.
+template <int kCount>
+__device__ __forceinline__ void store_accumulators(const float (&d)[kCount], float* c, int ldc) {
+  const int warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;
+  float* row = c + (warp * 16 + lane / 4) * ldc + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kCount / 4; ++j) {
+    *reinterpret_cast<float2*>(row + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
+    *reinterpret_cast<float2*>(row + 8 * ldc + 8 * j) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+  }
 }
 
 }  // namespace trident::cuda::wgmma

@@ -25,7 +25,6 @@ namespace trident::cuda {
 namespace {
 
 using implicit_gemm::Gather;
-using implicit_gemm::kFarOutside;
 using tile_mma::copy_async16;
 using tile_mma::copy_async_commit;
 using tile_mma::copy_async_wait;
@@ -86,16 +85,9 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
   const int m = m0 + a_piece * 8;  // A's first output channel
   const bool m_ok = m < m_total;
   auto table = [&](int step) { return tables + (step % kStages) * 3 * kBK; };
-  auto decode = [&](int step) {  // threads < kBK: position p_begin + step * kBK + tid
-    int* t = table(step);
-    const int p = p_begin + step * kBK + tid;
-    const bool ok = p < p_end;
-    const int n = ok ? p / positions : 0, pos = p - n * positions;
-    const int oy = pos / g.yw, ox = pos - oy * g.yw;
-    const int iy = ok ? oy * g.sy - g.ph : kFarOutside, ix = ox * g.sx - g.pw;
-    t[tid] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
-    t[kBK + tid] = iy;
-    t[2 * kBK + tid] = ix;
+  auto decode = [&](int step) {  // threads < kBK
+    implicit_gemm::decode_position(table(step), kBK, tid, p_begin + step * kBK + tid, p_end,
+                                   positions, g);
   };
   auto copy = [&](int step) {
     char* a = smem + (step % kStages) * C::kStageBytes;
@@ -161,19 +153,8 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
   copy_async_wait<0>();
   __syncthreads();  // every warpgroup is done with the stages: C takes their memory
   float* c = reinterpret_cast<float*>(smem);
-  {
-    const int warp = (tid % 128) / 32, lane = tid % 32;
-    float* c_row = c + (warpgroup * 64 + warp * 16 + lane / 4) * kLdc + 2 * (lane % 4);
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        float* at = c_row + half * 64 + 8 * jj;
-        *reinterpret_cast<float2*>(at) = make_float2(d[half][4 * jj], d[half][4 * jj + 1]);
-        *reinterpret_cast<float2*>(at + 8 * kLdc) =
-            make_float2(d[half][4 * jj + 2], d[half][4 * jj + 3]);
-      }
-  }
+  wgmma::store_accumulators(d[0], c + warpgroup * 64 * kLdc, kLdc);
+  wgmma::store_accumulators(d[1], c + warpgroup * 64 * kLdc + 64, kLdc);
   __syncthreads();
   float* out = partials + int64_t(blockIdx.z) * m_total * n_total;
   const int jj = j0 + tid % kBN;
