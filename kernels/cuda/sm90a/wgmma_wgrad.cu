@@ -5,12 +5,13 @@
 // dw[m, (r, s, c)] = sum over positions p of dy_t[p, m] x_t[p shifted by (r, s), c]: M = output
 // channels, N = (r, s, c) with c fastest, K = positions of one slice of the batch. A block
 // computes C[BM, 128] with one or two warpgroups (BM = 64 or 128), warpgroup w rows 64 w.. of M,
-// both N halves. Both
-// operands are MN-major in memory (dy_t rows are positions with M contiguous, x_t rows positions
-// with C contiguous), so a K step of 64 positions is copied as 64-wide chunks of rows, [chunk][64
-// positions][128 bytes] in the 128-byte swizzle, and the products run with both transpose flags
-// set, 64 x 64 each (wgmma_ops.cuh: one atom wide). Each slice writes float32 partials [slice,
-// OC, KH*KW*C] in (r, s, c) order, as the mma.sync kernel does.
+// both N halves. Both operands are MN-major in memory (dy_t rows are positions with M
+// contiguous, x_t rows positions with C contiguous), so a K step of 64 positions is copied as
+// 64-wide chunks of rows, [chunk][64 positions][128 bytes] in the 128-byte swizzle, and the
+// products run with both transpose flags set, 64 x 64 each (wgmma_ops.cuh: one atom wide). Each
+// slice writes float32 partials [slice, OC, KH*KW*C] in (r, s, c) order, as the mma.sync kernel
+// does. Two blocks an SM of 128 rows (100 KB each); at 64 rows three by registers, two by shared
+// memory (75 KB).
 #include <cuda_runtime.h>
 
 #include <cstdint>
