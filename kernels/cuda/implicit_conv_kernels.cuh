@@ -85,18 +85,29 @@ __device__ __forceinline__ void store_gather_tile(const float* c, int ldc, const
   }
 }
 
-// Entry i of a weight-gradient step's position table t ([3][k_step]): position p of the batch
-// (of `positions` a sample) as the x_t offset of its window's corner (n, oy SY - PH, ox SX - PW),
-// that row and that column; past p_end, row kFarOutside (every bounds check fails).
-__device__ __forceinline__ void decode_position(int* t, int k_step, int i, int p, int p_end,
-                                                int positions, const Gather& g) {
-  const bool ok = p < p_end;
+// Where output position p of the batch (of `positions` a sample) reads the gathered input: the
+// in_t offset of its window's corner (n, oy SY - PH, ox SX - PW) plus `channel`, that row and
+// that column; where !ok (past the positions), offset 0 and row kFarOutside (every bounds check
+// fails).
+struct WindowCorner {
+  int base, iy, ix;
+};
+__device__ __forceinline__ WindowCorner window_corner(int p, bool ok, int positions,
+                                                      const Gather& g, int channel = 0) {
   const int n = ok ? p / positions : 0, pos = p - n * positions;
   const int oy = pos / g.yw, ox = pos - oy * g.yw;
   const int iy = ok ? oy * g.sy - g.ph : kFarOutside, ix = ox * g.sx - g.pw;
-  t[i] = ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc : 0;
-  t[k_step + i] = iy;
-  t[2 * k_step + i] = ix;
+  return {ok ? ((n * g.xh + iy) * g.xw + ix) * g.xc + channel : 0, iy, ix};
+}
+
+// Entry i of a weight-gradient step's position table t ([3][k_step]): position p's
+// window_corner, past p_end outside.
+__device__ __forceinline__ void decode_position(int* t, int k_step, int i, int p, int p_end,
+                                                int positions, const Gather& g) {
+  const WindowCorner w = window_corner(p, p < p_end, positions, g);
+  t[i] = w.base;
+  t[k_step + i] = w.iy;
+  t[2 * k_step + i] = w.ix;
 }
 
 // Up to kMaxProducts gathered products in one launch, product z in blocks (x, y, z): the phases
@@ -142,12 +153,10 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSm<M, BM>)
 #pragma unroll
   for (int i = 0; i < kBVecs; ++i) {
     const int column = col0 + tid / kVecsPerRow + i * (kThreads / kVecsPerRow);
-    const bool ok = column < columns;
-    const int n = ok ? column / positions : 0, pos = column - n * positions;
-    const int oy = pos / g.yw, ox = pos - oy * g.yw;
-    b_iy[i] = ok ? oy * g.sy - g.ph : kFarOutside;
-    b_ix[i] = ox * g.sx - g.pw;
-    b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * V : 0;
+    const WindowCorner w = window_corner(column, column < columns, positions, g, cv * V);
+    b_iy[i] = w.iy;
+    b_ix[i] = w.ix;
+    b_base[i] = w.base;
   }
   // The tap (r, s) and first channel c0 of the next step to copy: the copies go in step order,
   // so these advance step by step instead of costing two divisions a copy.

@@ -28,7 +28,6 @@ namespace {
 
 using implicit_gemm::Gather;
 using implicit_gemm::GatherProducts;
-using implicit_gemm::kFarOutside;
 using tile_mma::copy_async16;
 using tile_mma::copy_async_commit;
 using tile_mma::copy_async_wait;
@@ -104,12 +103,11 @@ __global__ void __launch_bounds__(Config<kWarpgroups>::kThreads, Config<kWarpgro
 #pragma unroll
   for (int i = 0; i < kBRows; ++i) {
     const int column = col0 + row0 + i * kRowsPerPass;
-    const bool ok = column < columns;
-    const int n = ok ? column / positions : 0, pos = column - n * positions;
-    const int oy = pos / g.yw, ox = pos - oy * g.yw;
-    b_iy[i] = ok ? oy * g.sy - g.ph : kFarOutside;
-    b_ix[i] = ox * g.sx - g.pw;
-    b_base[i] = ok ? ((n * g.xh + b_iy[i]) * g.xw + b_ix[i]) * g.xc + cv * V : 0;
+    const implicit_gemm::WindowCorner w =
+        implicit_gemm::window_corner(column, column < columns, positions, g, cv * V);
+    b_iy[i] = w.iy;
+    b_ix[i] = w.ix;
+    b_base[i] = w.base;
   }
   const S* a_src[kARows];
   bool a_ok[kARows];
