@@ -299,7 +299,18 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         {2, 64, 12, 11, 48, 3, 1, 1, true},
                         {4, 128, 23, 21, 64, 3, 2, 1, false},
                         {2, 64, 13, 12, 128, 5, 1, 2, true},
-                        {3, 128, 11, 14, 128, 3, 1, 1, false, 5, 1}};
+                        {3, 128, 11, 14, 128, 3, 1, 1, false, 5, 1},
+                        // Small planes on the warpgroup kernels (channels in 64s both ways, a
+                        // patch of at most 1152: the ResNet's 7x7 layers): 7x7 128 -> 128, and
+                        // 64 -> 128 at stride 2 onto 7x7; a 5x5 plane.
+                        {6, 128, 7, 7, 128, 3, 1, 1, true},
+                        {5, 64, 14, 13, 128, 3, 2, 1, false},
+                        {4, 64, 5, 5, 64, 3, 1, 1, true},
+                        // The tiled NHWC transposes (kernels/cuda/implicit_conv_layout.cuh):
+                        // 288 and 480 positions (two and three tiles of 128 and a partial one),
+                        // over 64-channel and 32-channel columns.
+                        {2, 64, 16, 18, 64, 3, 1, 1, false},
+                        {3, 32, 24, 20, 32, 3, 1, 1, true}};
   for (DType t : kHalves)
     for (const Case& c : cases)
       agree_with_cpu("conv2d", t, 8.0, [&](Device& d, DType type) {

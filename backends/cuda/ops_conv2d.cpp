@@ -52,7 +52,8 @@
 //
 // Implicit (CudaDevice::implicit_conv: channels multiples of 32, 16-bit or float32 with
 // allow_tf32; stride 1, not pointwise, at least 100 output positions; or, 16-bit only, strided,
-// 1x1 at any size or at least 100 output positions): no columns at all;
+// 1x1 at any size or at least 100 output positions; or, 16-bit on the warpgroup-multiply kernels,
+// channels in 64s and a patch of at most kShortPatch, any size): no columns at all;
 // kernels/cuda/implicit_conv.h gathers the patches from x and dy in NHWC into shared memory for
 // the forward, the data gradient (the flipped kernel over dy; strided, in stride x stride phases
 // of dx's positions, each its own stride-1 product) and the weight gradient (float32
@@ -75,6 +76,8 @@ namespace trident::cuda {
 namespace {
 
 constexpr int64_t kChunkBytes = int64_t(1) << 30;  // 1 GiB of workspace per chunk at most
+// The longest patch (C*KH*KW) a small-plane 16-bit convolution takes to the warpgroup kernels.
+constexpr int64_t kShortPatch = 1152;
 
 size_t round_bytes(int64_t bytes) { return size_t((bytes + 255) / 256 * 256); }
 
@@ -146,11 +149,17 @@ bool CudaDevice::implicit_conv(const Conv2dShape& s) const {
   } else if (one_by_one && s.pad_h == 0 && s.pad_w == 0) {
     return false;  // pointwise: cuBLAS reads x in place
   }
-  // Where it pays (ResNet bf16 on an H200, whole steps): images of 100 positions or more (the
-  // 28x28 and 14x14 layers; at 7x7 the folded cuBLAS products win, in TF32 too: H100, 2.62
-  // against 2.50 ms with every size on these kernels).
-  // The warpgroup-multiply kernels (H100, H200) do not change that: ResNet-9 bf16 5.22 -> 5.66 ms
-  // a step on an H200 with its 8x8 and 4x4 layers on them too.
+  // Small planes (the built-in ResNet's 7x7 layers) where the warpgroup-multiply kernels take
+  // every product of the layer (16-bit, channels in 64s both ways) and the patch is short: ResNet
+  // on an H200, one binary, alternating, bf16 0.978 -> 0.966 ms a step, fp16 1.015 -> 1.001. Longer
+  // patches stay on cuBLAS: ResNet-9's 8x8 and 4x4 layers (K = 2304 and 4608) took it 5.22 ->
+  // 5.66 ms on these kernels.
+  if (warpgroup_mma_ && s.dtype != DType::f32 && s.in_channels % 64 == 0 &&
+      s.out_channels % 64 == 0 && s.patch_size() <= kShortPatch)
+    return true;
+  // Elsewhere, where it pays (ResNet bf16 on an H200, whole steps): images of 100 positions or
+  // more (the 28x28 and 14x14 layers; at 7x7 the folded cuBLAS products beat the mma.sync kernels,
+  // in TF32 too: H100, 2.62 against 2.50 ms with every size on them).
   return s.out_height() * s.out_width() >= 100;
 }
 

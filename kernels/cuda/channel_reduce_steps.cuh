@@ -218,11 +218,15 @@ template <class Op>
 struct has_packed_loads<Op, std::void_t<decltype(Op::kPackElementBytes)>> : std::true_type {};
 
 // The packed form of accumulate: packs first, first + step, ... (< end) of V values each, with
-// kLoadBatch values (at least two packs) in flight; address(k): where pack k starts.
+// kPackedLoadFloats floats of Values (at least two packs) in flight; address(k): where pack k
+// starts. 32 floats rather than kLoadBatch values (four 16-byte bf16 packs of one tensor instead
+// of two): ResNet-9 bf16 on an H200 4.854 -> 4.835 ms a step, the built-in ResNet 0.959 -> 0.957.
+constexpr int kPackedLoadFloats = 32;
 template <int V, typename I, class Op, class Address>
 __device__ __forceinline__ void accumulate_packs(const Op& op, typename Op::Local& local, I first,
                                                  I end, I step, const Address& address) {
-  constexpr int kPacks = kLoadBatch / V >= 2 ? kLoadBatch / V : 2;
+  constexpr int kFloats = V * int(sizeof(typename Op::Value) / sizeof(float));
+  constexpr int kPacks = kPackedLoadFloats / kFloats >= 2 ? kPackedLoadFloats / kFloats : 2;
   const I span = I(kPacks - 1) * step;
   I k = first;
   if (end > span) {
