@@ -137,6 +137,17 @@ void Device::do_axpby_activation(const Tensor& x, const Tensor& y, float a, floa
   do_unary_forward(activation, y, y, alpha);
 }
 
+void Device::do_unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y,
+                                   const Tensor& dy, const Tensor& dy_more, const Tensor& dx,
+                                   float alpha) {
+  // The front lets dx overlap dy only as the same memory.
+  const bool in_place = dx.memory().handle == dy.memory().handle &&
+                        dx.memory().offset == dy.memory().offset;
+  if (!in_place) do_axpby(dy, dx, 1.0f, 0.0f);  // dx = dy
+  do_axpby(dy_more, dx, 1.0f, 1.0f);
+  do_unary_backward(op, x, y, dx, dx, alpha);
+}
+
 void Device::do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) {
   defaults::scale(*this, x, factor, y);
 }

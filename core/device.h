@@ -143,6 +143,11 @@ class Device {
   // dx may be dy itself.
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                       const Tensor& dx, float alpha = 0.0f);
+  // dx = (dy + dy_more) * op'(x), as unary_backward, for a gradient that arrives in two parts:
+  // a residual block's input gradient (its two branches' sum) going back through the activation
+  // of the block before it, in one pass. dx may be dy itself, not dy_more.
+  void unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                          const Tensor& dy_more, const Tensor& dx, float alpha = 0.0f);
   // Inverted dropout: y[i] = keep(g) ? x[i] / (1 - p) : 0 with g = group_offset + i / group.
   // keep(g) = philox_uniform(seed, stream, step_state[1], g) >= p (core/philox.h defines it
   // bit for bit). group = 1 is Dropout, group = H*W is Dropout2d (one draw per channel). The
@@ -357,6 +362,11 @@ class Device {
   virtual bool do_native(OpFamily family, DType dtype) const;
   // Default: true (each operand's type is the kernel's business).
   virtual bool do_native_mixed(OpFamily family) const;
+  // unary_backward_sum. Default: do_axpby (dx = dy + dy_more), then do_unary_backward in place
+  // on dx.
+  virtual void do_unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y,
+                                     const Tensor& dy, const Tensor& dy_more, const Tensor& dx,
+                                     float alpha);
   // axpby with an activation other than identity. Default: do_axpby, then do_unary_forward in
   // place on y.
   virtual void do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,

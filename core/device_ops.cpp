@@ -216,6 +216,32 @@ void Device::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const 
   stage.finish();
 }
 
+void Device::unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                const Tensor& dy_more, const Tensor& dx, float alpha) {
+  OpCheck check(*this, "unary_backward_sum");
+  check.floating("dy", dy, -1);
+  const int64_t n = dy.numel();
+  check.floating("dy_more", dy_more, n);
+  check.floating("dx", dx, n);
+  if (unary_backward_needs_input(op, alpha))
+    check.floating("x (the forward input)", x, n);
+  else
+    check.floating("y (the forward output)", y, n);
+  check.optional_floating("x", x, n);
+  check.optional_floating("y", y, n);
+  check.disjoint("dx", dx, "dy", dy, true);
+  check.disjoint("dx", dx, "dy_more", dy_more);
+  check.disjoint("dx", dx, "x", x);
+  check.disjoint("dx", dx, "y", y);
+  invalidate_claims(dx);
+  if (n == 0) return;
+  Staging stage(*this, OpFamily::elementwise, {x, y, dy, dy_more, dx});
+  const Tensor xs = stage.in(x), ys = stage.in(y), dys = stage.in(dy), mores = stage.in(dy_more),
+               dxs = stage.out(dx);
+  do_unary_backward_sum(op, xs, ys, dys, mores, dxs, alpha);
+  stage.finish();
+}
+
 void Device::dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
                      float p, uint64_t seed, uint32_t stream, const Tensor& step_state) {
   OpCheck check(*this, "dropout");

@@ -80,6 +80,21 @@ Shape Sequential::setup(const Shape& input) {
       act->set_passthrough(true, false);  // the normalisation's backward masks the gradient
     }
   }
+  // Residual blocks one after the other: the second's summing pass takes the first's activation
+  // backward along (one pass over the gradient at the blocks' boundary fewer a step).
+  for (auto& layer : layers_) {
+    if (auto* block = dynamic_cast<Residual*>(layer.get())) {
+      block->set_input_activation(UnaryOp::identity, 0.0f);
+      block->set_output_gradient_activated(false);
+    }
+  }
+  for (size_t i = 1; i < n; ++i) {
+    auto* before = dynamic_cast<Residual*>(layers_[i - 1].get());
+    auto* block = dynamic_cast<Residual*>(layers_[i].get());
+    if (!before || !block || before->post() == UnaryOp::identity) continue;
+    block->set_input_activation(before->post(), before->post_alpha());
+    before->set_output_gradient_activated(true);
+  }
   // An activation in place overwrites its input: not where a layer before it still needs that
   // memory, its own output, for its backward (a ReLU, fused or not, then a Sigmoid: the ReLU's
   // mask would read the Sigmoid's values).
@@ -334,18 +349,28 @@ void Residual::backward(const StepContext& ctx, const Tensor& x, const Tensor& y
   size_t next = 0;
   const Tensor body_out = body_into_output_ ? y : scratch[next++];
   // Through the activation in place: dy becomes the gradient of the sum, which both branches
-  // read (neither writes it: their last layers are never in place).
-  if (post_ != UnaryOp::identity)
+  // read (neither writes it: their last layers are never in place). Unless the block after this
+  // one did that as it summed its branches (set_output_gradient_activated).
+  if (post_ != UnaryOp::identity && !output_gradient_activated_)
     ctx.device->unary_backward(post_, Tensor(), y, dy, dy, post_alpha_);
   body_.backward(ctx, x, body_out, dy, dx, {});
   if (shortcut_.empty()) {
-    if (dx.defined()) ctx.device->axpby(dy.reshape(dx.shape()), dx, 1.0f, 1.0f);
+    if (dx.defined()) add_branch_gradient(ctx, x, dy.reshape(dx.shape()), dx);
     return;
   }
   const Tensor& skip = scratch[next];
   const Tensor& skip_dx = scratch[next + 1];
   shortcut_.backward(ctx, x, skip, dy, dx.defined() ? skip_dx : Tensor(), {});
-  if (dx.defined()) ctx.device->axpby(skip_dx, dx, 1.0f, 1.0f);
+  if (dx.defined()) add_branch_gradient(ctx, x, skip_dx, dx);
+}
+
+void Residual::add_branch_gradient(const StepContext& ctx, const Tensor& x, const Tensor& branch,
+                                   const Tensor& dx) const {
+  if (input_op_ == UnaryOp::identity)
+    ctx.device->axpby(branch, dx, 1.0f, 1.0f);
+  else  // x is the block before's activated sum: that activation's gradient from its output
+    ctx.device->unary_backward_sum(input_op_, Tensor(), x.reshape(dx.shape()), dx, branch, dx,
+                                   input_alpha_);
 }
 
 }  // namespace trident

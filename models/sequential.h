@@ -121,11 +121,26 @@ class Residual : public Layer {
                 const Tensor& dx, const std::vector<Tensor>& scratch) override;
   // The activation after the sum takes its gradient from y.
   bool backward_reads_output() const override { return post_ != UnaryOp::identity; }
+  UnaryOp post() const { return post_; }
+  float post_alpha() const { return post_alpha_; }
+  // Set by the Sequential that holds two residual blocks one after the other, on the second: its
+  // input is the first's activated sum, so its input gradient goes back through that activation
+  // (op, computed from the input) in the pass that adds its two branches' gradients
+  // (Device::unary_backward_sum); identity: not. And on the first: the gradient it is given has
+  // been through its activation already.
+  void set_input_activation(UnaryOp op, float alpha) { input_op_ = op, input_alpha_ = alpha; }
+  void set_output_gradient_activated(bool on) { output_gradient_activated_ = on; }
 
  private:
+  // dx = dx + branch, through input_op_ where set: the input gradient's last pass.
+  void add_branch_gradient(const StepContext& ctx, const Tensor& x, const Tensor& branch,
+                           const Tensor& dx) const;
   Sequential body_, shortcut_;
   UnaryOp post_;
   float post_alpha_;
+  UnaryOp input_op_ = UnaryOp::identity;
+  float input_alpha_ = 0.0f;
+  bool output_gradient_activated_ = false;
   bool body_into_output_ = true;  // the body writes y directly (its backward never reads y)
 };
 

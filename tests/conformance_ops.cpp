@@ -314,6 +314,48 @@ TEST_CASE("conformance: every unary op forward and backward, out of place and in
   }
 }
 
+TEST_CASE("conformance: unary_backward_sum takes a gradient in two parts through every op",
+          "[conformance][unary]") {
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 900;
+    for (const UnaryOp op : all_unary_ops())
+      for (int64_t n : {1, 7, 33, 4099, 100003}) {
+        const float alpha = 0.05f;
+        INFO(unary_op_name(op) << " n=" << n);
+        std::vector<float> x = random_floats(size_t(n), ++seed, -4.0f, 4.0f);
+        for (size_t i = 0; i < x.size(); i += 5) x[i] = 0.0f;
+        std::vector<float> y(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+        reference::unary_forward(op, x.data(), y.data(), n, alpha);
+        const std::vector<float> dy = random_floats(size_t(n), ++seed);
+        const std::vector<float> more = random_floats(size_t(n), ++seed);
+        std::vector<float> sum(static_cast<size_t>(n));
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] = dy[i] + more[i];  // one float rounding
+        reference::unary_backward(op, x.data(), y.data(), sum.data(), want.data(), n, alpha);
+        const Tolerance tol =
+            op == UnaryOp::identity || op == UnaryOp::relu ? kExact : Tolerance{1e-5, 1e-5};
+        const bool from_x = unary_backward_needs_input(op, alpha);
+        OffsetBuffer xs(*device, x, 2), ys(*device, y, 1), more_in(*device, more, 3);
+        const Tensor x_arg = from_x ? xs.tensor() : Tensor();
+        const Tensor y_arg = from_x ? Tensor() : ys.tensor();
+        // Out of place, then dx aliasing dy (how a residual block calls it).
+        OffsetBuffer dy_in(*device, dy, 4), out(*device, std::vector<float>(size_t(n), kNaN), 0);
+        device->unary_backward_sum(op, x_arg, y_arg, dy_in.tensor(), more_in.tensor(),
+                                   out.tensor(), alpha);
+        TRIDENT_CHECK_CLOSE(out.values(), want, tol);
+        CHECK(out.guard_damage() == 0);
+        device->unary_backward_sum(op, x_arg, y_arg, dy_in.tensor(), more_in.tensor(),
+                                   dy_in.tensor(), alpha);
+        TRIDENT_CHECK_CLOSE(dy_in.values(), want, tol);
+        CHECK(dy_in.guard_damage() == 0);
+        TRIDENT_CHECK_CLOSE(more_in.values(), more, kExact);  // read only
+      }
+    // dx may not be the second part (it is read after dx is written in the default).
+    Tensor t = Tensor::zeros(*device, {4}), u = Tensor::zeros(*device, {4});
+    CHECK_THROWS_WITH(device->unary_backward_sum(UnaryOp::relu, Tensor(), t, u, t, t),
+                      Catch::Contains("dy_more"));
+  }
+}
+
 namespace {
 
 struct DropoutCase {

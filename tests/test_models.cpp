@@ -212,6 +212,38 @@ TEST_CASE("models: network gradients match finite differences on every device: a
   });
 }
 
+// Residual blocks one after the other: each block's input gradient goes back through the
+// activation of the block before as it sums its branches (Device::unary_backward_sum), with
+// identity and projection shortcuts and each activation a block may end with.
+TEST_CASE("models: network gradients match finite differences on every device: residual "
+          "blocks one after another", "[models][gradients]") {
+  check_gradients_on_every_device([](Device& d) {
+    auto body = [](int64_t channels, int64_t stride) {
+      Sequential b;
+      b.add("conv1", Conv2d(channels, 3).stride(stride).padding(1).bias(false));
+      b.add("bn1", BatchNorm2d());
+      b.add("relu", ReLU());
+      b.add("conv2", Conv2d(channels, 3).padding(1));
+      return b;
+    };
+    Network net("blocks");
+    net.add("stem", Conv2d(3, 3).padding(1));
+    net.add("block1", Residual(body(3, 1)));  // ReLU after the sum
+    net.add("block2", Residual(body(3, 1), Sequential(), UnaryOp::leaky_relu, 0.1f));
+    Sequential shortcut;
+    shortcut.add("0", Conv2d(4, 1).stride(2).bias(false));
+    net.add("block3", Residual(body(4, 2), std::move(shortcut), UnaryOp::tanh));
+    net.add("block4", Residual(body(4, 1), Sequential(), UnaryOp::sigmoid));
+    net.add("block5", Residual(body(4, 1), Sequential(), UnaryOp::identity));
+    net.add("block6", Residual(body(4, 1)));
+    net.add("gap", GlobalAvgPool2d());
+    net.add("flatten", Flatten());
+    net.add("fc", Linear(4));
+    check_network_gradients(d, std::move(net), {2, 6, 6}, 4, {1, 3, 0, 2},
+                            {LossKind::cross_entropy, 0.0f});
+  });
+}
+
 TEST_CASE("models: shapes are inferred from the samples, and bad ones are named",
           "[models][shapes]") {
   Network net = modern_net();

@@ -65,6 +65,8 @@ class CudaDevice final : public Device {
   void do_unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float alpha) override;
   void do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                          const Tensor& dx, float alpha) override;
+  void do_unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& dy_more, const Tensor& dx, float alpha) override;
   void do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset, float p,
                   uint64_t seed, uint32_t stream, const Tensor& step_state) override;
 

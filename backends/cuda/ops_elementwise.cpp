@@ -48,6 +48,19 @@ void CudaDevice::do_unary_backward(UnaryOp op, const Tensor& x, const Tensor& y,
   u.finish();
 }
 
+void CudaDevice::do_unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y,
+                                       const Tensor& dy, const Tensor& dy_more, const Tensor& dx,
+                                       float alpha) {
+  UniformOperands u(*this, {&x, &y, &dy, &dy_more, &dx});
+  const Tensor xs = u.in(x), ys = u.in(y), dys = u.in(dy), mores = u.in(dy_more),
+               dxs = u.out(dx);
+  launch_unary_backward(kernel_context(), u.dtype(), op, device_ptr<const void>(xs),
+                        device_ptr<const void>(ys), device_ptr<const void>(dys),
+                        device_ptr<void>(dxs), dy.numel(), alpha, device_ptr<const void>(mores));
+  check_launch("unary_backward_sum");
+  u.finish();
+}
+
 void CudaDevice::do_dropout(const Tensor& x, const Tensor& y, int64_t group, int64_t group_offset,
                             float p, uint64_t seed, uint32_t stream, const Tensor& step_state) {
   if (p <= 0.0f) {  // the identity, as on the CPU

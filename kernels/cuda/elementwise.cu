@@ -54,6 +54,7 @@ struct UnaryBackwardOp {
   const S* x;  // either may be null (the op reads the other)
   const S* y;
   const S* dy;
+  const S* dy_more;  // null, or the gradient's second part (summed first, in float32)
   S* dx;
   float alpha;
   template <int V>
@@ -62,6 +63,12 @@ struct UnaryBackwardOp {
     if (x) load_pack<V>(x, i, xv);
     if (y) load_pack<V>(y, i, yv);
     load_pack<V>(dy, i, g);
+    if (dy_more) {
+      float more[V];
+      load_pack<V>(dy_more, i, more);
+#pragma unroll
+      for (int j = 0; j < V; ++j) g[j] += more[j];
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) g[j] = unary_derivative<float>(kOp, xv[j], yv[j], g[j], alpha);
     store_pack<V>(dx, i, g);
@@ -162,18 +169,20 @@ void launch_unary_forward(const KernelContext& ctx, DType type, UnaryOp op, cons
 }
 
 void launch_unary_backward(const KernelContext& ctx, DType type, UnaryOp op, const void* x,
-                           const void* y, const void* dy, void* dx, int64_t n, float alpha) {
+                           const void* y, const void* dy, void* dx, int64_t n, float alpha,
+                           const void* dy_more) {
   with_float_type(type, [&](auto tag) {
     using S = decltype(tag);
-    const bool packed = packable<S>({x, y, dy, dx});
+    const bool packed = packable<S>({x, y, dy, dy_more, dx});
     const S *xs = static_cast<const S*>(x), *ys = static_cast<const S*>(y),
-            *dys = static_cast<const S*>(dy);
+            *dys = static_cast<const S*>(dy), *mores = static_cast<const S*>(dy_more);
     switch (op) {
-#define TRIDENT_CUDA_UNARY_BACKWARD(name, module)                                            \
-  case UnaryOp::name:                                                                        \
-    launch_map<kPackOf<S>>(                                                                  \
-        ctx, UnaryBackwardOp<S, UnaryOp::name>{xs, ys, dys, static_cast<S*>(dx), alpha}, n, \
-        packed);                                                                             \
+#define TRIDENT_CUDA_UNARY_BACKWARD(name, module)                                           \
+  case UnaryOp::name:                                                                       \
+    launch_map<kPackOf<S>>(                                                                 \
+        ctx,                                                                                \
+        UnaryBackwardOp<S, UnaryOp::name>{xs, ys, dys, mores, static_cast<S*>(dx), alpha}, \
+        n, packed);                                                                         \
     return;
       TRIDENT_UNARY_OPS(TRIDENT_CUDA_UNARY_BACKWARD)
 #undef TRIDENT_CUDA_UNARY_BACKWARD

@@ -19,9 +19,11 @@ void launch_axpby(const KernelContext& ctx, DType type, const void* x, void* y, 
 // y = op(x) (core/unary_math.h); y may be x.
 void launch_unary_forward(const KernelContext& ctx, DType type, UnaryOp op, const void* x,
                           void* y, int64_t n, float alpha);
-// dx = dy * op'(x) from x or y (the one the op does not read may be null); dx may be dy.
+// dx = (dy + dy_more) * op'(x) from x or y (the one the op does not read may be null), the sum
+// in float32 (dy_more null: dy alone); dx may be dy.
 void launch_unary_backward(const KernelContext& ctx, DType type, UnaryOp op, const void* x,
-                           const void* y, const void* dy, void* dx, int64_t n, float alpha);
+                           const void* y, const void* dy, void* dx, int64_t n, float alpha,
+                           const void* dy_more = nullptr);
 // c[m, n] (row stride ldc, of c_type) = activation((k_was_zero ? beta * c : c) + bias), the
 // float32 bias per column (bias[n]) or per row (bias[m]) as bias_kind says, or none (null).
 void launch_gemm_epilogue(const KernelContext& ctx, DType c_type, void* c, int64_t ldc,
