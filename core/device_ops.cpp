@@ -73,6 +73,25 @@ void check_compute_copy(const OpCheck& check, const Device& device, const Tensor
   for (const Tensor* other : others) check.disjoint("compute_copy", copy, "a state buffer", *other);
 }
 
+// unary_backward's operands (and unary_backward_sum's but its second part): dy, dx of its size
+// (dx may be dy itself), and x or y, whichever the op's derivative reads. Returns the size.
+int64_t check_unary_backward(const OpCheck& check, UnaryOp op, const Tensor& x, const Tensor& y,
+                             const Tensor& dy, const Tensor& dx, float alpha) {
+  check.floating("dy", dy, -1);
+  const int64_t n = dy.numel();
+  check.floating("dx", dx, n);
+  if (unary_backward_needs_input(op, alpha))
+    check.floating("x (the forward input)", x, n);
+  else
+    check.floating("y (the forward output)", y, n);
+  check.optional_floating("x", x, n);
+  check.optional_floating("y", y, n);
+  check.disjoint("dx", dx, "dy", dy, true);
+  check.disjoint("dx", dx, "x", x);
+  check.disjoint("dx", dx, "y", y);
+  return n;
+}
+
 }  // namespace
 
 // ---- memory ------------------------------------------------------------------------------------
@@ -196,18 +215,7 @@ void Device::unary_forward(UnaryOp op, const Tensor& x, const Tensor& y, float a
 void Device::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                             const Tensor& dx, float alpha) {
   OpCheck check(*this, "unary_backward");
-  check.floating("dy", dy, -1);
-  const int64_t n = dy.numel();
-  check.floating("dx", dx, n);
-  if (unary_backward_needs_input(op, alpha))
-    check.floating("x (the forward input)", x, n);
-  else
-    check.floating("y (the forward output)", y, n);
-  check.optional_floating("x", x, n);
-  check.optional_floating("y", y, n);
-  check.disjoint("dx", dx, "dy", dy, true);
-  check.disjoint("dx", dx, "x", x);
-  check.disjoint("dx", dx, "y", y);
+  const int64_t n = check_unary_backward(check, op, x, y, dy, dx, alpha);
   invalidate_claims(dx);
   if (n == 0) return;
   Staging stage(*this, OpFamily::elementwise, {x, y, dy, dx});
@@ -219,20 +227,9 @@ void Device::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const 
 void Device::unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                 const Tensor& dy_more, const Tensor& dx, float alpha) {
   OpCheck check(*this, "unary_backward_sum");
-  check.floating("dy", dy, -1);
-  const int64_t n = dy.numel();
+  const int64_t n = check_unary_backward(check, op, x, y, dy, dx, alpha);
   check.floating("dy_more", dy_more, n);
-  check.floating("dx", dx, n);
-  if (unary_backward_needs_input(op, alpha))
-    check.floating("x (the forward input)", x, n);
-  else
-    check.floating("y (the forward output)", y, n);
-  check.optional_floating("x", x, n);
-  check.optional_floating("y", y, n);
-  check.disjoint("dx", dx, "dy", dy, true);
   check.disjoint("dx", dx, "dy_more", dy_more);
-  check.disjoint("dx", dx, "x", x);
-  check.disjoint("dx", dx, "y", y);
   invalidate_claims(dx);
   if (n == 0) return;
   Staging stage(*this, OpFamily::elementwise, {x, y, dy, dy_more, dx});
