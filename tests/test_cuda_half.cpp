@@ -264,6 +264,9 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         {3, 2, 15, 17, 16, 3, 2, 0, true},
                         {2, 4, 9, 10, 8, 2, 1, 1, true},
                         {3, 1, 12, 13, 40, 1, 1, 0, true},
+                        // ResNet-9's first layer, 3 -> 64 (a patch of 27 in 28), on even
+                        // planes: two positions a thread (the 11x9 case above: one)
+                        {4, 3, 10, 12, 64, 3, 1, 1, true},
                         {4, 8, 12, 12, 16, 3, 2, 1, false},
                         {3, 16, 7, 7, 24, 1, 1, 0, true},
                         {2, 6, 9, 9, 4, 1, 2, 0, false},

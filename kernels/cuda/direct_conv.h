@@ -3,9 +3,9 @@
 // (9 for a 3x3 kernel over one channel), too short and, odd, too badly aligned for cuBLAS's fast
 // kernels (the ResNet's stem at batch 256 in bf16 on an H100: 22 us of GEMM after 5 us of im2col,
 // against a memory floor of ~4 us for its 12.8 MB output). Here a thread per output position
-// holds its patch (at most 32 values) in registers and writes every output channel of that
-// position (NCHW: a warp's stores are one run per channel), the kernel broadcast from shared
-// memory: 14 us for that layer. Any stride and padding; x, w and y of one float type (f32, bf16,
+// (or per two adjacent ones) holds its patch (at most 32 values) in registers and writes every
+// output channel of that position (NCHW: a warp's stores are one run per channel), the kernel
+// broadcast from shared memory: 14 us for that layer. Any stride and padding; x, w and y of one float type (f32, bf16,
 // f16), float32 arithmetic (a float32 layer is exact float32 whatever allow_tf32 says).
 //
 // The backward stays with im2col + cuBLAS (backends/cuda/ops_conv2d.cpp), whose weight-gradient
