@@ -47,6 +47,8 @@ std::vector<Pool2dShape> pool_shapes() {
       pool(4, 16, 7, 7, 7, 7, 1, 1),                               // global pooling
       pool(3, 5, 1, 1, 1, 1, 1, 1),                                // 1x1 planes
       pool(2, 3, 9, 6, 3, 3, 3, 3), pool(2, 4, 6, 10, 2, 2, 2, 2),  // windows tiling the plane
+      pool(5, 6, 4, 4, 4, 4, 4, 4), pool(3, 4, 8, 9, 4, 3, 4, 3),  // ... one a plane (ResNet-9's
+                                                                   // last); 4x3 windows
   };
 }
 
