@@ -72,6 +72,9 @@ std::vector<Conv2dShape> conv_shapes() {
       // 15 channels: CUDA's folded layout with the data gradient as a convolution (Winograd
       // takes 16 and more)
       conv(3, 15, 8, 9, 15, 3, 3, 1, 1, 1, 1),
+      // ... with 20 -> 18 channels (the flipped kernel's channels swapped, neither a multiple
+      // of 8)
+      conv(2, 20, 6, 5, 18, 3, 3, 1, 1, 1, 1),
   };
 }
 
