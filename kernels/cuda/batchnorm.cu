@@ -1,7 +1,9 @@
 // CUDA batch normalisation through the per-channel reduction engine (channel_reduce.cuh): each
 // pass is one reduction over the channel followed by an elementwise pass that uses its result
 // (fused into the same launch when a block owns a whole channel). Training statistics come from
-// Welford's method (no E[x^2] - E[x]^2 cancellation), merged in double (Chan et al.).
+// sums shifted by a value near the channel's mean (no E[x^2] - E[x]^2 cancellation; see
+// BatchNormStatsOp), merged in double.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -12,12 +14,33 @@
 namespace trident::cuda {
 namespace {
 
+// Sum of a[0..V) as a tree (V a power of two): log2(V) dependent adds, not V.
+template <int V>
+__device__ __forceinline__ float tree_sum(float (&a)[V]) {
+  static_assert((V & (V - 1)) == 0, "a power of two");
+#pragma unroll
+  for (int width = V; width > 1; width /= 2)
+#pragma unroll
+    for (int e = 0; e < width / 2; ++e) a[e] = a[2 * e] + a[2 * e + 1];
+  return a[0];
+}
+
 // Training forward: statistics of channel c, then y = (x - mean) * (invstd * gamma) + beta.
+// Shifted sums: the threads of channel c sum d = x - K and d^2 in float, K (the shift) the mean of
+// the channel's first few values, the same in every block; the merges add (n, sum d, sum d^2) in
+// double; mean = K + sum d / n and the squared deviations sum d^2 - (sum d)^2 / n. The subtraction
+// loses little while K lies within a few standard deviations of the mean (the relative error of
+// the squared deviations grows as 1 + ((K - mean) / sd)^2, from a thread's float sums of at most
+// 128 values), and no step divides: Welford's updates (a division a group of values, each group
+// waiting on the one before) had ResNet-9's statistics read at 1.5 TB/s where the gradient's
+// plain sums read 3 TB/s (H200, ncu), and its double merges (a division each) were most of the
+// small layers' instructions.
 template <typename S, typename I>
 struct BatchNormStatsOp {
-  static constexpr int kWords = 3;  // count, mean, sum of squared deviations
+  static constexpr int kWords = 4;  // count, sum of d, sum of d^2, and the shift K
   static constexpr bool kApply = true;
   static constexpr int kCoefWords = 3;  // mean, scale, shift
+  static constexpr int kShiftValues = 8;
   const S* x;
   const float* gamma;
   const float* beta;
@@ -29,11 +52,22 @@ struct BatchNormStatsOp {
   double count;  // values per channel (outer * inner), more than 1
   double eps, momentum;
   bool relu;  // y = max(normalised, 0)
+  // The shift's values: x[c * inner + e * shift_step] for e < shift_values (the first values of
+  // the channel's first plane, or of its first samples where planes are shorter than 8).
+  I inner, shift_step;
+  int shift_values;
 
   struct Local {
-    float n, mean, m2;
+    float n, shift, sum, squares;
   };
-  __device__ Local zero(I) const { return {0.f, 0.f, 0.f}; }
+  // Read before any block stores y (which may be x): only at the start of the reduction.
+  __device__ Local zero(I c) const {
+    float k = 0.f;
+#pragma unroll
+    for (int e = 0; e < kShiftValues; ++e)
+      if (e < shift_values) k += to_float(x[c * inner + I(e) * shift_step]);
+    return {0.f, k / float(shift_values), 0.f, 0.f};
+  }
   using Value = float;
   __device__ Value load(I at) const { return to_float(x[at]); }
   static constexpr int kPackElementBytes = sizeof(S);
@@ -45,59 +79,49 @@ struct BatchNormStatsOp {
     load_pack<V>(x, at, v);
   }
   __device__ void add(Local& l, float v) const {
+    const float d = v - l.shift;
     l.n += 1.f;
-    const float d = v - l.mean;
-    l.mean += d / l.n;
-    l.m2 += d * (v - l.mean);
+    l.sum += d;
+    l.squares = fmaf(d, d, l.squares);
   }
-  // V values as one group: its mean and squared deviations, merged as merge() does (one
-  // division instead of V: the per-value division made the statistics compute-bound).
   template <int V>
   __device__ void add_group(Local& l, const float (&v)[V]) const {
-    float sum = 0.f;
+    float d[V], d2[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) sum += v[e];
-    const float mean = sum * (1.f / float(V));
-    float m2 = 0.f;
-#pragma unroll
-    for (int e = 0; e < V; ++e) m2 += (v[e] - mean) * (v[e] - mean);
-    const float n = l.n + float(V), d = mean - l.mean;
-    l.mean += d * (float(V) / n);
-    l.m2 += m2 + d * d * (l.n * float(V) / n);
-    l.n = n;
+    for (int e = 0; e < V; ++e) d[e] = v[e] - l.shift, d2[e] = d[e] * d[e];
+    l.n += float(V);
+    l.sum += tree_sum<V>(d);
+    l.squares += tree_sum<V>(d2);
   }
   __device__ void to_acc(const Local& l, double* acc) const {
-    acc[0] = l.n, acc[1] = l.mean, acc[2] = l.m2;
+    acc[0] = l.n, acc[1] = l.sum, acc[2] = l.squares, acc[3] = l.shift;
   }
+  // Every accumulator of a channel has the same shift; all zeros (no values) takes b's.
   __device__ static void merge(double* a, const double* b) {
-    if (b[0] == 0.0) return;
-    if (a[0] == 0.0) {
-      a[0] = b[0], a[1] = b[1], a[2] = b[2];
-      return;
-    }
-    // 1 / n from the float reciprocal and one Newton step (relative error ~1e-14): a double
-    // division is a long dependent sequence, and the merges of a block run one after another
-    // (a globaltimer trace of the 7x7 statistics on an H200: 2.2 of their 11 us).
-    const double n = a[0] + b[0], d = b[1] - a[1];
-    double inv = double(__frcp_rn(float(n)));
-    inv = inv * (2.0 - n * inv);
-    a[1] += d * (b[0] * inv);
-    a[2] += b[2] + d * d * (a[0] * b[0] * inv);
-    a[0] = n;
+    if (a[0] == 0.0) a[3] = b[3];
+    a[0] += b[0], a[1] += b[1], a[2] += b[2];
+  }
+  // The batch mean and biased variance from the merged sums.
+  __device__ void statistics(const double* acc, double& mean, double& var) const {
+    const double mean_d = acc[1] / count;
+    mean = acc[3] + mean_d;
+    var = fmax(acc[2] - acc[1] * mean_d, 0.0) / count;
   }
   // finish and coefficients load every parameter before they store anything: a load after a
   // store that may alias it waits for it, and each round trip here holds the whole block.
   __device__ void coefficients(I c, const double* acc, float* coef) const {
     const float g = gamma ? gamma[c] : 1.f, b = beta ? beta[c] : 0.f;
-    const double invstd = 1.0 / sqrt(acc[2] / count + eps);
-    coef[0] = float(acc[1]);
-    coef[1] = float(invstd * double(g));
+    double mean, var;
+    statistics(acc, mean, var);
+    coef[0] = float(mean);
+    coef[1] = float(double(g) / sqrt(var + eps));
     coef[2] = b;
   }
   __device__ void finish(I c, const double* acc, float* coef) const {
     const float old_mean = running_mean[c], old_var = running_var[c];
     coefficients(c, acc, coef);
-    const double mean = acc[1], var = acc[2] / count;
+    double mean, var;
+    statistics(acc, mean, var);
     save_mean[c] = float(mean);
     save_invstd[c] = float(1.0 / sqrt(var + eps));
     running_mean[c] = float((1.0 - momentum) * double(old_mean) + momentum * mean);
@@ -246,10 +270,23 @@ void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training
                 const float* gamma, const float* beta, float* running_mean, float* running_var,
                 S* y, float* save_mean, float* save_invstd) {
   if (training) {
-    const BatchNormStatsOp<S, I> op{x,         gamma,       beta,  running_mean,
-                                 running_var, y,         save_mean, save_invstd,
-                                 double(s.outer * s.inner), double(s.eps), double(s.momentum),
-                                 s.relu};
+    constexpr int kShift = BatchNormStatsOp<S, I>::kShiftValues;
+    const bool in_plane = s.inner >= kShift || s.outer == 1;
+    const BatchNormStatsOp<S, I> op{x,
+                                    gamma,
+                                    beta,
+                                    running_mean,
+                                    running_var,
+                                    y,
+                                    save_mean,
+                                    save_invstd,
+                                    double(s.outer * s.inner),
+                                    double(s.eps),
+                                    double(s.momentum),
+                                    s.relu,
+                                    I(s.inner),
+                                    in_plane ? I(1) : I(s.channels * s.inner),
+                                    int(std::min<int64_t>(kShift, in_plane ? s.inner : s.outer))};
     run_channel_reduce<I>(ctx, s.outer, s.channels, s.inner, op);
     return;
   }

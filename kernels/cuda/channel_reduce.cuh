@@ -142,7 +142,8 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
       warp_merge<Op>(acc);
     }
   } else {  // thread t merges parts t, t + 256, ...; then a tree over the threads
-    op.to_acc(op.zero(c), acc);  // nothing: merge's identity
+    for (int k = 0; k < Op::kWords; ++k) acc[k] = 0.0;  // merge's identity (no loads: after
+                                                        // the barrier, y may have replaced x)
     if (I(threadIdx.x) < parts)
       merge_parts<I, Op>(p, I(threadIdx.x),
                          (parts - I(threadIdx.x) + I(kBlockThreads) - 1) / I(kBlockThreads),

@@ -130,11 +130,14 @@ __device__ __forceinline__ void column_merge(double* acc, double* shared) {
 
 // Parts [first, first + count * step) of channel c, step apart, merged in part order into acc
 // (count >= 1). The loads are issued in groups before their merges, so that their L2 round trips
-// overlap instead of following one another.
+// overlap instead of following one another. At most 16 doubles in flight: inlined into the
+// reduction kernels (80 registers for three blocks an SM), 8 parts of 3 or 4 words made the
+// compiler spill in the main loop too (batch-norm statistics: 232 and 576 bytes, 325,000 local
+// requests in one of ResNet-9's; 8 and 24 bytes with groups of 4).
 template <typename I, class Op>
 __device__ __forceinline__ void merge_parts(const double* p, I first, I count, I step,
                                             double* acc) {
-  constexpr int kGroup = 8;
+  constexpr int kGroup = Op::kWords <= 2 ? 8 : 16 / Op::kWords;
   for (int k = 0; k < Op::kWords; ++k) acc[k] = __ldcg(p + int64_t(first) * Op::kWords + k);
   for (I i = 1; i < count; i += kGroup) {
     double next[kGroup][Op::kWords];
