@@ -242,7 +242,9 @@ TEST_CASE("conformance 16-bit: max pooling (exact values and first-maximum argma
 // Batch norm's bounds (the table's "batchnorm" row), from the statistics of each channel over
 // its K = outer*inner values: the mean errs by <= K u32 M1 (M1 = mean |x|); a two-pass (or
 // Welford) variance by <= 2 (K + 3) u32 var (the suite's float32 test already demands a stable
-// variance); invstd then by <= (K + 5) u32 invstd. So y errs by <= K u32 |gamma| invstd
+// variance; CUDA's sums shifted by the mean of a channel's first values stay within it while
+// that shift lies within a standard deviation of the mean: their bound grows as
+// 1 + ((shift - mean) / sd)^2); invstd then by <= (K + 5) u32 invstd. So y errs by <= K u32 |gamma| invstd
 // (|x - mean| + M1) plus a few roundings of |y| + |beta|: S = |gamma| invstd (|x - mean| + M1)
 // + |beta| with c = 2, K + 4.
 TEST_CASE("conformance 16-bit: batchnorm forward (training and evaluation, statistics float32) "

@@ -1,5 +1,6 @@
 // CUDA batch normalisation over x viewed as [outer, channels, inner] (BatchNormShape): training
-// statistics by Welford's method merged in a fixed order, evaluation with running statistics,
+// statistics from sums shifted by a value near each channel's mean, merged in a fixed order
+// (batchnorm.cu says why and how accurate), evaluation with running statistics,
 // and the backward pass; all against core/device.h's batchnorm_forward / batchnorm_backward.
 // x, y, dy and dx are of `type` (f32, f16 or bf16); parameters, statistics and every sum float32.
 #pragma once

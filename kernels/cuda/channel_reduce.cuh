@@ -1,5 +1,5 @@
 // The per-channel reduction engine of channel.cu and batchnorm.cu: x viewed as [outer, channels,
-// inner] is reduced channel by channel (sums, Welford statistics, ...) in a fixed order, so the
+// inner] is reduced channel by channel (sums, batch-norm statistics, ...) in a fixed order, so the
 // results are deterministic, and optionally a second pass over each channel uses the result.
 // This file has the kernels and their launches; the thread- and block-level steps they are made
 // of are in channel_reduce_steps.cuh.
@@ -36,9 +36,10 @@
 // thousands of columns: one block finishing 4096 bias-gradient columns made a 4 MB reduction take
 // 15 us on an H200; per-tile finishing took 20 us off the 4096-wide MLP's bf16 step on an H100
 // (three such). A thread loads
-// kLoadBatch values before it adds them (in its order), so that a Welford update's division does
-// not hold back the next loads (5% on batch-norm statistics, which stay latency-bound: under ncu
-// on an H100, 30% occupancy, stalled on barriers about as much as on memory).
+// kLoadBatch values before it adds them (in its order), so that a slow add (then a Welford
+// update's division) does not hold back the next loads (5% on batch-norm statistics, which stay
+// latency-bound: under ncu on an H100, 30% occupancy, stalled on barriers about as much as on
+// memory).
 // Packed loads (optional): an Op with `static constexpr int kPackElementBytes` (its storage
 // type's size), `bool packs_aligned(int bytes) const` and `template <int V> void
 // load_packed(I address, Value (&v)[V]) const` (V adjacent values, one 16-, 8- or 4-byte load per

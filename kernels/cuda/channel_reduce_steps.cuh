@@ -34,8 +34,8 @@ constexpr int kLoadBatch = 8;
 
 // Group adds (optional): an Op with `template <int V> void add_group(Local&, const Value (&)[V])
 // const` adds each batch of loaded values (a pack, or kLoadBatch values step apart) as one group,
-// e.g. Welford statistics merging the group's own mean and squared deviations (Chan et al.) with
-// one division instead of one a value.
+// e.g. batch-norm statistics summing the group's shifted values as a tree (log2 V dependent adds
+// instead of V).
 template <class Op, class = void>
 struct adds_groups : std::false_type {};
 template <class Op>
