@@ -5,8 +5,9 @@
 // against a memory floor of ~4 us for its 12.8 MB output). Here a thread per output position
 // (or per two adjacent ones) holds its patch (at most 32 values) in registers and writes every
 // output channel of that position (NCHW: a warp's stores are one run per channel), the kernel
-// broadcast from shared memory: 14 us for that layer. Any stride and padding; x, w and y of one float type (f32, bf16,
-// f16), float32 arithmetic (a float32 layer is exact float32 whatever allow_tf32 says).
+// broadcast from shared memory: 14 us for that layer. Any stride and padding; x, w and y of one
+// float type (f32, bf16, f16), float32 arithmetic (a float32 layer is exact float32 whatever
+// allow_tf32 says).
 //
 // The backward stays with im2col + cuBLAS (backends/cuda/ops_conv2d.cpp), whose weight-gradient
 // GEMM over the positions is efficient (10 us for that layer): direct weight-gradient kernels
