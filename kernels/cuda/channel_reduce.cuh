@@ -268,7 +268,13 @@ int64_t resident_blocks(Kernel kernel, int fallback) {
 }
 
 // channel_reduce_apply_kernel as a cooperative launch of `blocks` (a kernel node of a captured
-// graph as well).
+// graph as well), with programmatic dependent launch where ctx allows it, as launch() does: its
+// blocks wait for the kernel before (wait_for_prior_grids) before they meet at the grid barrier,
+// and that kernel's blocks retire whatever this one does, so every block still becomes resident.
+// ResNet on an H200, whole steps: bf16 0.900 -> 0.888 ms, fp16 0.967 -> 0.955, fp32 2.138 ->
+// 2.131 (18 batch norms a step). Thread-block clusters in place of the grid barrier (a cluster of
+// parts a channel, partials merged through distributed shared memory) gained no kernel time under
+// ncu, and clusters of 12 (the 28x28 layers) doubled fp16's 28x28 gradient (38 against 23 us).
 template <typename I, class Op, int V>
 void launch_reduce_apply(const KernelContext& ctx, unsigned blocks, const ChannelWalk<I>& walk,
                          I parts, const Op& op) {
@@ -276,11 +282,13 @@ void launch_reduce_apply(const KernelContext& ctx, unsigned blocks, const Channe
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(kBlockThreads);
   config.stream = ctx.stream;
-  cudaLaunchAttribute cooperative{};
-  cooperative.id = cudaLaunchAttributeCooperative;
-  cooperative.val.cooperative = 1;
-  config.attrs = &cooperative;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeCooperative;
+  attributes[0].val.cooperative = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = ctx.dependent_launch ? 2 : 1;
   (void)cudaLaunchKernelEx(&config, channel_reduce_apply_kernel<I, Op, V>, walk, parts, op,
                            ctx.scratch);  // a failure shows as the launch's error
 }
