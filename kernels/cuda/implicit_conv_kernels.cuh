@@ -64,11 +64,36 @@ constexpr int kGatherStages = 3;
 // m0 + row at position col0 + j of `positions` a sample. Thread tid takes j = tid % BN and rows
 // tid / BN, + kThreads / BN, ..., each to out[n, m, oy, ox] (NCHW; a data-gradient phase's
 // positions at a stride) + bias[m], rounded once: coalesced along the positions.
+// Where the outputs are one plain plane a sample (not a data-gradient phase's strided
+// positions) of an even number of positions and out is 4-byte aligned, a thread takes two
+// adjacent positions instead, one pack a row: half the stores, and bf16 pairs rounded by one cvt
+// (float_types.cuh's store_pack) where one value took about 7 instructions. Every product
+// instruction is issued by the tensor cores' own queue in the warpgroup kernels, so their
+// epilogue was most of a block's instructions.
 template <int BM, int BN, int kThreads, typename S>
 __device__ __forceinline__ void store_gather_tile(const float* c, int ldc, const Gather& g, S* out,
                                                   const float* bias, int m0, int m_total,
                                                   int col0, int columns, int positions) {
   const int tid = threadIdx.x;
+  const bool pairs = g.plane_h() == g.yh && g.plane_w() == g.yw && g.oy0 == 0 && g.ox0 == 0 &&
+                     positions % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(S)) == 0;
+  if (pairs) {  // columns is a multiple of positions: a pair never straddles two samples
+    const int j = 2 * (tid % (BN / 2)), column = col0 + j;
+    if (column >= columns) return;
+    const int n = column / positions, pos = column - n * positions;
+    const int plane = g.yh * g.yw;
+    S* out_n = out + int64_t(n) * m_total * plane + pos;
+#pragma unroll 4
+    for (int row = tid / (BN / 2); row < BM; row += kThreads / (BN / 2)) {
+      const int m = m0 + row;
+      if (m >= m_total) break;
+      const float b = bias ? bias[m] : 0.0f;
+      const float2 v = *reinterpret_cast<const float2*>(c + row * ldc + j);
+      const float pair[2] = {v.x + b, v.y + b};
+      store_pack<2>(out_n, int64_t(m) * plane, pair);
+    }
+    return;
+  }
   const int j = tid % BN, column = col0 + j;
   if (column >= columns) return;
   // Output position (oy, ox) at (oy0 + oy * osy, ox0 + ox * osx) of the out_h x out_w plane.
