@@ -80,7 +80,7 @@ __device__ __forceinline__ bool f16x2_has_nan(uint32_t word) {
 // Loads V floats from p[at, at + V) (one Pack when V > 1: the caller checked the alignment).
 // f16 packs without a NaN (one integer test a pair) convert a pair an instruction; testing and
 // converting each value alone made f16 batch-norm gradients compute-bound (ResNet: 1.6x their
-// bf16 time on an H100).
+// bf16 time on an H100). A bf16 value is its 32-bit word's half moved up: a shift or a mask.
 template <int V, typename S, typename I>
 __device__ __forceinline__ void load_pack(const S* p, I at, float (&out)[V]) {
   if constexpr (V == 1) {
@@ -104,7 +104,7 @@ __device__ __forceinline__ void load_pack(const S* p, I at, float (&out)[V]) {
 #pragma unroll
       for (int j = 0; j < V; ++j) out[j] = to_float(pack.v[j]);
     }
-  } else if constexpr (std::is_same_v<S, Bf16>) {  // a value is its word's half moved up
+  } else if constexpr (std::is_same_v<S, Bf16>) {
     const Pack<S, V> pack = *reinterpret_cast<const Pack<S, V>*>(p + at);
     uint32_t words[V / 2];
     __builtin_memcpy(words, &pack, sizeof(words));
@@ -120,11 +120,34 @@ __device__ __forceinline__ void load_pack(const S* p, I at, float (&out)[V]) {
   }
 }
 
+// Two floats rounded to a 16-bit type by the hardware's paired cvt.rn (to nearest even, as
+// core/half.h), as one 32-bit word, the first in the low half. A NaN gets cvt's canonical NaN
+// rather than half.h's bits: store_pack takes it only for packs without one.
+template <typename S>
+__device__ __forceinline__ uint32_t round_pair(float a, float b) {
+  static_assert(std::is_same_v<S, F16> || std::is_same_v<S, Bf16>, "a 16-bit type");
+  uint32_t word;
+  if constexpr (std::is_same_v<S, F16>) {
+    const __half2 h = __floats2half2_rn(a, b);
+    __builtin_memcpy(&word, &h, sizeof(word));
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    __builtin_memcpy(&word, &h, sizeof(word));
+  }
+  return word;
+}
+
+// Stores in[0, V) at p[at, at + V) (one Pack when V > 1: the caller checked the alignment).
+// 16-bit packs without a NaN are rounded a pair an instruction (round_pair), a pack with one value
+// by value (from_float). For bf16, half.h's integer formula took about 7 instructions a value: a
+// third of the ResNet's 28x28 batch-norm forward's instructions (H200, ncu), about 3% of the
+// ResNet's bf16 step. A single value keeps from_float's formula: cvt of one value is no cheaper,
+// and a constant's formula folds at compile time (an im2col's zeros: 12% slower through cvt).
 template <int V, typename S, typename I>
 __device__ __forceinline__ void store_pack(S* p, I at, const float (&in)[V]) {
   if constexpr (V == 1) {
     p[at] = from_float<S>(in[0]);
-  } else if constexpr (std::is_same_v<S, F16>) {  // as load_pack: pairs where no NaN
+  } else if constexpr (std::is_same_v<S, F16> || std::is_same_v<S, Bf16>) {
     bool nan = false;
 #pragma unroll
     for (int j = 0; j < V; ++j) nan |= in[j] != in[j];
@@ -132,34 +155,7 @@ __device__ __forceinline__ void store_pack(S* p, I at, const float (&in)[V]) {
     if (!nan) {
       uint32_t words[V / 2];
 #pragma unroll
-      for (int j = 0; j < V / 2; ++j) {
-        const __half2 h = __floats2half2_rn(in[2 * j], in[2 * j + 1]);
-        __builtin_memcpy(&words[j], &h, sizeof(h));
-      }
-      __builtin_memcpy(&pack, words, sizeof(words));
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) pack.v[j] = from_float<S>(in[j]);
-    }
-    *reinterpret_cast<Pack<S, V>*>(p + at) = pack;
-  } else if constexpr (std::is_same_v<S, Bf16>) {
-    // Pairs by the hardware's cvt.rn.bf16x2 (to nearest even, as core/half.h) where no value is a
-    // NaN, for which cvt gives its canonical NaN and half.h keeps the payload's top bits. half.h's
-    // integer formula took about 7 instructions a value: a third of the ResNet's 28x28 batch-norm
-    // forward's instructions (H200, ncu); about 3% of the ResNet's bf16 step. A single value
-    // (from_float) keeps the formula: cvt of one value is no cheaper, and a constant's formula
-    // folds at compile time (an im2col's zeros: 12% slower through cvt).
-    bool nan = false;
-#pragma unroll
-    for (int j = 0; j < V; ++j) nan |= in[j] != in[j];
-    Pack<S, V> pack;
-    if (!nan) {
-      uint32_t words[V / 2];
-#pragma unroll
-      for (int j = 0; j < V / 2; ++j) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(in[2 * j], in[2 * j + 1]);
-        __builtin_memcpy(&words[j], &h, sizeof(h));
-      }
+      for (int j = 0; j < V / 2; ++j) words[j] = round_pair<S>(in[2 * j], in[2 * j + 1]);
       __builtin_memcpy(&pack, words, sizeof(words));
     } else {
 #pragma unroll
