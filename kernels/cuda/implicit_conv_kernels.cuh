@@ -76,7 +76,8 @@ __device__ __forceinline__ void store_gather_tile(const float* c, int ldc, const
                                                   int col0, int columns, int positions) {
   const int tid = threadIdx.x;
   const bool pairs = g.plane_h() == g.yh && g.plane_w() == g.yw && g.oy0 == 0 && g.ox0 == 0 &&
-                     positions % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(S)) == 0;
+                     g.osy == 1 && g.osx == 1 && positions % 2 == 0 &&
+                     reinterpret_cast<uintptr_t>(out) % (2 * sizeof(S)) == 0;
   if (pairs) {  // columns is a multiple of positions: a pair never straddles two samples
     const int j = 2 * (tid % (BN / 2)), column = col0 + j;
     if (column >= columns) return;
