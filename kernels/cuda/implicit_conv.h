@@ -17,9 +17,10 @@
 //   weight gradient: dw[OC, C*KH*KW] = sum over positions of dy times the gathered x, split over
 //                    slices of the positions into float32 partials that a fixed-order reduction
 //                    sums (launch_conv_grad_reduce).
-// On an H100 or H200, 16-bit products whose channels come in 64s go to the warpgroup-multiply
-// kernels (kernels/cuda/wgmma_conv.h), all three of them, and TF32 forward and data-gradient
-// products whose channels come in 32s as well. Elsewhere the 16-bit forward and
+// On an H100 or H200 the forward and data-gradient products go to the warpgroup-multiply
+// kernels (kernels/cuda/wgmma_conv.h), 16-bit and TF32, save those of up to 32 output channels or
+// 32 input channels that the halo-window kernels below take; so do 16-bit weight gradients with
+// channels in 64s and more than 32 output channels. Elsewhere the 16-bit forward and
 // data-gradient products go to kernels/cuda/halo_conv.h's halo-window kernels where those take
 // the shape (up to 64 output channels, a row within a block's positions), else to the
 // tile-per-step gather kernel here; so does a 16-bit 3x3 kernel's weight gradient (its slices are

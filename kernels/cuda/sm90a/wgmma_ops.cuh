@@ -54,7 +54,7 @@ __device__ __forceinline__ void fence_shared_for_async() {
 }
 
 // The accumulator operands of the instructions below: "{%0, ..., %(N/2 - 1)}" and d[0, N/2) in
-// place, for N = 128 and 64 (the lists were written out by a script).
+// place, for N = 128, 64 and 32 (the lists were written out by a script).
 #define TRIDENT_WGMMA_D64 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
   "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
@@ -81,6 +81,13 @@ __device__ __forceinline__ void fence_shared_for_async() {
   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
   "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+#define TRIDENT_WGMMA_D16 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define TRIDENT_WGMMA_D16_OPERANDS \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+  "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+  "+f"(d[14]), "+f"(d[15])
 
 // D[64 x 128] += A[64 x 16] B[16 x 128], 16-bit, both K-major. scale_d = 0 would ignore D's
 // old values.
@@ -118,6 +125,40 @@ __device__ __forceinline__ void mma_m64n128k8_tf32(float (&d)[64], uint64_t desc
       : "memory");
 }
 
+// D[64 x 32] += A[64 x 16] B[16 x 32], 16-bit, both K-major (B: 32 rows of the same 128-byte
+// swizzle, four groups of 8).
+__device__ __forceinline__ void mma_m64n32k16(Tag<Bf16>, float (&d)[16], uint64_t desc_a,
+                                              uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " TRIDENT_WGMMA_D16
+      ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : TRIDENT_WGMMA_D16_OPERANDS
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
+      : "memory");
+}
+__device__ __forceinline__ void mma_m64n32k16(Tag<F16>, float (&d)[16], uint64_t desc_a,
+                                              uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " TRIDENT_WGMMA_D16
+      ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : TRIDENT_WGMMA_D16_OPERANDS
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
+      : "memory");
+}
+// D[64 x 32] += A[64 x 8] B[8 x 32] in TF32, both K-major.
+__device__ __forceinline__ void mma_m64n32k8_tf32(float (&d)[16], uint64_t desc_a,
+                                                  uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 " TRIDENT_WGMMA_D16
+      ", %16, %17, p, 1, 1;\n}\n"
+      : TRIDENT_WGMMA_D16_OPERANDS
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
+      : "memory");
+}
+
 // D[64 x 64] += A[64 x 16] B[16 x 64], 16-bit, both MN-major (A stored with M contiguous, B with
 // N contiguous: the transpose flags set), one 128-byte swizzle atom wide (descriptor_mn_major).
 __device__ __forceinline__ void mma_m64n64k16_mn_major(Tag<Bf16>, float (&d)[32],
@@ -147,6 +188,8 @@ __device__ __forceinline__ void mma_m64n64k16_mn_major(Tag<F16>, float (&d)[32],
 #undef TRIDENT_WGMMA_D64_OPERANDS
 #undef TRIDENT_WGMMA_D32
 #undef TRIDENT_WGMMA_D32_OPERANDS
+#undef TRIDENT_WGMMA_D16
+#undef TRIDENT_WGMMA_D16_OPERANDS
 
 // This thread's accumulators d of a 64 x N product (N = 2 x the count) to c[row * ldc + column]
 // (float, shared memory), c at the warpgroup's row 0 and the product's column 0: float2 stores,
@@ -159,6 +202,24 @@ __device__ __forceinline__ void store_accumulators(const float (&d)[kCount], flo
   for (int j = 0; j < kCount / 4; ++j) {
     *reinterpret_cast<float2*>(row + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
     *reinterpret_cast<float2*>(row + 8 * ldc + 8 * j) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+  }
+}
+
+// The same accumulators transposed: element (row, column) of the product to c[column * ldc +
+// row], c at the product's (row 0, column 0). The eight rows and four column pairs of a warp's
+// store land on distinct banks where ldc % 32 == 4.
+template <int kCount>
+__device__ __forceinline__ void store_accumulators_transposed(const float (&d)[kCount], float* c,
+                                                              int ldc) {
+  const int warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;
+  float* column = c + 2 * (lane % 4) * ldc + warp * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kCount / 4; ++j) {
+    float* at = column + 8 * j * ldc;
+    at[0] = d[4 * j];
+    at[ldc] = d[4 * j + 1];
+    at[8] = d[4 * j + 2];
+    at[ldc + 8] = d[4 * j + 3];
   }
 }
 
