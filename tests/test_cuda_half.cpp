@@ -287,6 +287,9 @@ TEST_CASE("cuda half: convolutions agree with the CPU", "[cuda][half][conv2d]") 
                         // data gradient in stride x stride phases. Odd extents (phases of
                         // unequal length), 1x1 (phases without taps: zeros), 5x5 at stride 3,
                         // 2x2 (a last row no window covers), and strides 2 x 3 with a 3x2 kernel.
+                        // On an H100 or H200 these take the warpgroup gather from 32 channels
+                        // (K steps over two taps, K padded: 5x5 x 32 is 12.5 steps) and into 32
+                        // (positions as the instruction's rows).
                         {5, 32, 21, 19, 64, 3, 2, 1, true},
                         {4, 64, 22, 20, 32, 1, 2, 0, false},
                         {3, 32, 32, 31, 32, 5, 3, 2, false},
@@ -711,10 +714,10 @@ TEST_CASE("cuda half: allow_tf32 takes effect per convolution",
           "[cuda][half][conv2d][tf32]") {
   if (std::getenv("TRIDENT_CUDA_TF32")) return;
   // 3x3, stride 1 and stride 2: every product of forward and backward on TF32 tensor cores (the
-  // implicit kernels at stride 1, cuBLAS's GEMMs over im2col columns at stride 2). At stride 1
-  // with 64 -> 96 channels too: on an H100 or H200 the forward (96 output channels, a partial
-  // block of 128) and the data gradient (64) take the warpgroup-multiply kernel, whose operands
-  // the layout passes round.
+  // implicit kernels at stride 1, cuBLAS's GEMMs over im2col columns at stride 2). On an H100 or
+  // H200 the stride-1 products take the warpgroup-multiply kernel, whose operands the layout
+  // passes round: 32 -> 64 (the data gradient into 32 channels with positions as the rows), and
+  // 64 -> 96 (the forward's 96 output channels a partial block of 128).
   for (const int64_t stride : {1, 2, 0}) {
     Conv2dShape s;
     const bool wide = stride == 0;
