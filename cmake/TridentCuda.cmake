@@ -24,7 +24,6 @@ if(TRIDENT_ENABLE_CUDA)
   # CMAKE_CUDA_ARCHITECTURES says, into objects of trident_cuda's; wgmma_conv_available() asks at
   # run time whether the device loaded them.
   add_library(trident_cuda_sm90a OBJECT kernels/cuda/sm90a/wgmma_conv.cu
-                                       kernels/cuda/sm90a/wgmma_halo.cu
                                        kernels/cuda/sm90a/wgmma_wgrad.cu)
   set_target_properties(trident_cuda_sm90a PROPERTIES CUDA_ARCHITECTURES 90a)
   target_include_directories(trident_cuda_sm90a PRIVATE ${TRIDENT_LAYER_ROOT}/trident_cuda)

@@ -74,11 +74,6 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
   bool halo_first = !wgmma || m_total <= 32;
   for (int z = 0; z < count; ++z) halo_first |= gs[z].xc % 64 != 0;
   if constexpr (!kTf32<M>) {
-    // Halo windows on the warpgroup multiply where they take the product: the input read once,
-    // the products on wgmma.
-    if (ctx.warpgroup_mma && count == 1 && w_offsets[0] == 0 &&
-        launch_wgmma_halo(ctx, dtype, in_t, w_t, bias, out, gs[0], batch, m_total))
-      return;
     if (halo_first && count == 1 && w_offsets[0] == 0 &&
         launch_halo_gather(ctx, dtype, in_t, w_t, bias, out, gs[0], batch, m_total))
       return;

@@ -36,14 +36,6 @@ void launch_wgmma_gather(const KernelContext& ctx, DType dtype, const void* in_t
                          const implicit_gemm::GatherProducts& products, int count, int64_t most,
                          int64_t m_total);
 
-// A lone stride-1 product g (a forward, or a stride-1 data gradient: g.unit_stride()) on halo
-// windows (sm90a/wgmma_halo.cu): bf16 or fp16, up to 64 output channels, 32 or 64 input
-// channels, padded rows of at most 256 positions, the kernel's taps and two windows within 227
-// KB of shared memory. Returns false, launching nothing, where it does not take g.
-bool launch_wgmma_halo(const KernelContext& ctx, DType dtype, const void* in_t, const void* w_t,
-                       const float* bias, void* out, const ConvGather& g, int64_t batch,
-                       int64_t m_total);
-
 // Positions per K step of the weight-gradient kernel.
 constexpr int kWgmmaWgradStep = 64;
 

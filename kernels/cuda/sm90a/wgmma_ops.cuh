@@ -19,9 +19,9 @@ struct Tag {};
 // of 8 rows 1024 bytes apart (the stride byte offset), tiles on 1024 bytes. The leading byte
 // offset is unused in this layout (1 by convention). A K slice of 16 elements starts 32 bytes
 // further: add 2 to the descriptor. The hardware takes the swizzle from the address bits, so a
-// matrix may start at any row of such a tile (address + 128 row, base offset field 0: checked on
-// an H200 for every shift of 0-15 rows), which is how wgmma_halo.cu reads a tap's shifted
-// window.
+// matrix may also start at any row of such a tile (address + 128 row, the base-offset field 0;
+// setting it to (address >> 7) & 7 gave wrong products): checked on an H200 for shifts of 0-15
+// rows. Commit 6ea083e's halo-window kernel read its taps so; it was slower than mma.sync's.
 __device__ __forceinline__ uint64_t descriptor(uint32_t shared_address) {
   return uint64_t((shared_address & 0x3FFFF) >> 4) | uint64_t(1) << 16 |
          uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
@@ -124,28 +124,6 @@ __device__ __forceinline__ void mma_m64n128k8_tf32(float (&d)[64], uint64_t desc
       "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " TRIDENT_WGMMA_D64
       ", %64, %65, p, 1, 1;\n}\n"
       : TRIDENT_WGMMA_D64_OPERANDS
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
-      : "memory");
-}
-
-// D[64 x 64] += A[64 x 16] B[16 x 64], 16-bit, both K-major.
-__device__ __forceinline__ void mma_m64n64k16(Tag<Bf16>, float (&d)[32], uint64_t desc_a,
-                                              uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TRIDENT_WGMMA_D32
-      ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : TRIDENT_WGMMA_D32_OPERANDS
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d)
-      : "memory");
-}
-__device__ __forceinline__ void mma_m64n64k16(Tag<F16>, float (&d)[32], uint64_t desc_a,
-                                              uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " TRIDENT_WGMMA_D32
-      ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : TRIDENT_WGMMA_D32_OPERANDS
       : "l"(desc_a), "l"(desc_b), "r"(scale_d)
       : "memory");
 }
