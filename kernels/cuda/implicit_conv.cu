@@ -65,7 +65,7 @@ void gather(const KernelContext& ctx, const void* in_t, const void* w_t, const f
   if (most == 0) return;
   const DType dtype =
       kTf32<M> ? DType::f32 : std::is_same_v<M, Bf16> ? DType::bf16 : DType::f16;
-  const bool wgmma = ctx.warpgroup_mma && wgmma_gather_fits(dtype, gs, count, m_total);
+  const bool wgmma = ctx.warpgroup_mma && wgmma_gather_fits(gs, count);
   // The halo-window kernel reads a block's input once, the warpgroup kernel once a tap: the
   // halo kernel goes first where the warpgroup kernel's instructions are half idle (up to 32
   // output channels, its rows then positions by 32 channels) or its K steps span two taps (32

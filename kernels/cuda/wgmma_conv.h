@@ -24,10 +24,10 @@ struct GatherProducts;
 // Whether the current device loaded the sm_90a kernels (false on any other architecture).
 bool wgmma_conv_available();
 
-// Whether the products gs[0, count) with m_total output channels fit the kernel: input channels
-// (gs[z].xc) in 32s; bf16 or fp16, or float32 (TF32: only where implicit_conv_fits allowed it,
-// the operands rounded by the layout passes).
-bool wgmma_gather_fits(DType dtype, const ConvGather* gs, int count, int64_t m_total);
+// Whether the products gs[0, count) fit the kernel: input channels (gs[z].xc) in 32s, any number
+// of output channels; bf16 or fp16, or float32 (TF32: only where implicit_conv_fits allowed it,
+// the operands rounded by the layout passes), which is all implicit_conv.cu runs.
+bool wgmma_gather_fits(const ConvGather* gs, int count);
 
 // The products (implicit_conv_kernels.cuh's GatherProducts, `count` of them, the longest with
 // `most` positions) in one launch, as implicit_conv.cu's gather kernel would compute them.
