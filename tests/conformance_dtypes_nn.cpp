@@ -69,7 +69,8 @@ std::vector<Pool2dShape> pool_shapes() {
   return {pool(2, 3, 7, 9, 2, 2, 2, 2), pool(2, 10, 24, 24, 2, 2, 2, 2), pool(1, 2, 5, 5, 3, 3, 2, 2),
           pool(1, 2, 6, 7, 3, 3, 1, 1), pool(2, 3, 9, 8, 3, 3, 2, 2, 1, 1),
           pool(2, 2, 7, 10, 2, 4, 1, 3, 1, 2), pool(4, 16, 7, 7, 7, 7, 1, 1),
-          pool(2, 3, 9, 6, 3, 3, 3, 3), pool(2, 4, 6, 10, 2, 2, 2, 2)};  // windows tiling the plane
+          pool(3, 100, 7, 7, 7, 7, 1, 1), pool(2, 8, 3, 3, 3, 3, 1, 1),  // global, several blocks
+          pool(2, 3, 12, 12, 12, 12, 1, 1), pool(2, 3, 9, 6, 3, 3, 3, 3), pool(2, 4, 6, 10, 2, 2, 2, 2)};  // windows tiling the plane
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -45,6 +45,9 @@ std::vector<Pool2dShape> pool_shapes() {
       pool(2, 3, 9, 8, 3, 3, 2, 2, 1, 1),                          // padding (ResNet stem pool)
       pool(2, 2, 7, 10, 2, 4, 1, 3, 1, 2),                         // rectangular everything
       pool(4, 16, 7, 7, 7, 7, 1, 1),                               // global pooling
+      pool(3, 100, 7, 7, 7, 7, 1, 1),                              // ... over several blocks
+      pool(2, 8, 3, 3, 3, 3, 1, 1),                                // ... packs across planes
+      pool(2, 3, 12, 12, 12, 12, 1, 1),                            // ... a warp a plane (CUDA)
       pool(3, 5, 1, 1, 1, 1, 1, 1),                                // 1x1 planes
       pool(2, 3, 9, 6, 3, 3, 3, 3), pool(2, 4, 6, 10, 2, 2, 2, 2),  // windows tiling the plane
       pool(5, 6, 4, 4, 4, 4, 4, 4), pool(3, 4, 8, 9, 4, 3, 4, 3),  // ... one a plane (ResNet-9's

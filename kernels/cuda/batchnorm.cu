@@ -107,26 +107,36 @@ struct BatchNormStatsOp {
     mean = acc[3] + mean_d;
     var = fmax(acc[2] - acc[1] * mean_d, 0.0) / count;
   }
-  // finish and coefficients load every parameter before they store anything: a load after a
-  // store that may alias it waits for it, and each round trip here holds the whole block.
-  __device__ void coefficients(I c, const double* acc, float* coef) const {
-    const float g = gamma ? gamma[c] : 1.f, b = beta ? beta[c] : 0.f;
+  // The channel's parameters, loaded before the reduction by the thread that finishes it (see
+  // channel_reduce_apply_kernel); the running statistics only where it writes them.
+  struct Params {
+    float gamma, beta, running_mean, running_var;
+  };
+  __device__ Params params(I c, bool finishing) const {
+    return {gamma ? gamma[c] : 1.f, beta ? beta[c] : 0.f, finishing ? running_mean[c] : 0.f,
+            finishing ? running_var[c] : 0.f};
+  }
+  __device__ void coefficients(const double* acc, const Params& p, float* coef) const {
     double mean, var;
     statistics(acc, mean, var);
     coef[0] = float(mean);
-    coef[1] = float(double(g) / sqrt(var + eps));
-    coef[2] = b;
+    coef[1] = float(double(p.gamma) / sqrt(var + eps));
+    coef[2] = p.beta;
   }
-  __device__ void finish(I c, const double* acc, float* coef) const {
-    const float old_mean = running_mean[c], old_var = running_var[c];
-    coefficients(c, acc, coef);
+  __device__ void finish(I c, const double* acc, const Params& p, float* coef) const {
+    coefficients(acc, p, coef);
     double mean, var;
     statistics(acc, mean, var);
     save_mean[c] = float(mean);
     save_invstd[c] = float(1.0 / sqrt(var + eps));
-    running_mean[c] = float((1.0 - momentum) * double(old_mean) + momentum * mean);
-    running_var[c] = float((1.0 - momentum) * double(old_var) +
+    running_mean[c] = float((1.0 - momentum) * double(p.running_mean) + momentum * mean);
+    running_var[c] = float((1.0 - momentum) * double(p.running_var) +
                            momentum * var * count / (count - 1.0));
+  }
+  // finish loads every parameter before it stores anything: a load after a store that may alias
+  // it waits for it, and each round trip here holds the whole block.
+  __device__ void finish(I c, const double* acc, float* coef) const {
+    finish(c, acc, params(c, true), coef);
   }
   __device__ float normalise(float v, const float* coef) const {
     const float out = (v - coef[0]) * coef[1] + coef[2];
@@ -212,28 +222,31 @@ struct BatchNormGradOp {
     acc[0] = l.sum_dy, acc[1] = l.sum_dy_centred;
   }
   __device__ static void merge(double* a, const double* b) { a[0] += b[0], a[1] += b[1]; }
+  // The channel's parameters (see BatchNormStatsOp::params).
+  struct Params {
+    float invstd, mean, gamma, shift;
+  };
+  __device__ Params params(I c, bool) const {
+    return {save_invstd[c], save_mean[c], gamma ? gamma[c] : 1.f, kRelu && beta ? beta[c] : 0.f};
+  }
+  __device__ void finish(I c, const double* acc, const Params& p, float* coef) const {
+    if (dgamma) dgamma[c] = float(acc[1] * double(p.invstd));
+    if (dbeta) dbeta[c] = float(acc[0]);
+    coefficients(acc, p, coef);
+  }
   // Every parameter is loaded before anything is stored (as in BatchNormStatsOp).
   __device__ void finish(I c, const double* acc, float* coef) const {
-    const double invstd = save_invstd[c];
-    const float mean = save_mean[c], g = gamma ? gamma[c] : 1.f;
-    const float shift = kRelu && beta ? beta[c] : 0.f;
-    if (dgamma) dgamma[c] = float(acc[1] * invstd);
-    if (dbeta) dbeta[c] = float(acc[0]);
-    coefficients_of(acc, invstd, mean, g, shift, coef);
+    finish(c, acc, params(c, true), coef);
   }
-  __device__ void coefficients(I c, const double* acc, float* coef) const {
-    coefficients_of(acc, save_invstd[c], save_mean[c], gamma ? gamma[c] : 1.f,
-                    kRelu && beta ? beta[c] : 0.f, coef);
-  }
-  __device__ void coefficients_of(const double* acc, double invstd, float mean, float g,
-                                  float shift, float* coef) const {
+  __device__ void coefficients(const double* acc, const Params& p, float* coef) const {
+    const double invstd = p.invstd;
     const double sum_dy = acc[0], sum_dy_xhat = acc[1] * invstd;
     const double n = count > 0.0 ? count : 1.0;
-    coef[0] = mean;
-    coef[1] = scale_of(invstd, g);
+    coef[0] = p.mean;
+    coef[1] = scale_of(invstd, p.gamma);
     coef[2] = float(sum_dy / n);
     coef[3] = float(invstd * sum_dy_xhat / n);
-    if constexpr (kRelu) coef[kCoefWords - 1] = shift;
+    if constexpr (kRelu) coef[kCoefWords - 1] = p.shift;
   }
   template <int V>
   __device__ void store_values(I at, const Value (&v)[V], const float* coef) const {

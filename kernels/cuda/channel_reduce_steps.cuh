@@ -55,22 +55,33 @@ __device__ __forceinline__ void add_values(const Op& op, typename Op::Local& loc
   }
 }
 
-// Adds a thread's values first, first + step, ... (< end) to local in that order, with up to
-// kLoadBatch loads in flight. address(j): where value j is.
-template <typename I, class Op, class Address>
-__device__ __forceinline__ void accumulate(const Op& op, typename Op::Local& local, I first, I end,
-                                           I step, const Address& address) {
+// A thread's values first, first + step, ... (< end) added in that order to zero() (the Op's
+// Local for the channel: zero may load, e.g. a shift or the channel's parameters), with up to
+// kLoadBatch loads in flight. The first batch is loaded before zero() is called, so that the
+// loads of both are in flight together (zero's round trip came before the first batch's: one of
+// the half-dozen that make a small batch norm's time). address(j): where value j is.
+template <typename I, class Op, class Zero, class Address>
+__device__ __forceinline__ typename Op::Local accumulate(const Op& op, const Zero& zero, I first,
+                                                         I end, I step, const Address& address) {
   const I span = I(kLoadBatch - 1) * step;
   I j = first;
-  if (end > span) {
-    for (; j < end - span; j += I(kLoadBatch) * step) {
-      typename Op::Value v[kLoadBatch];
+  if (end <= span || j >= end - span) {
+    typename Op::Local local = zero();
+    for (; j < end; j += step) op.add(local, op.load(address(j)));
+    return local;
+  }
+  typename Op::Value v[kLoadBatch];
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u) v[u] = op.load(address(j + I(u) * step));
-      add_values<kLoadBatch>(op, local, v);
-    }
+  for (int u = 0; u < kLoadBatch; ++u) v[u] = op.load(address(j + I(u) * step));
+  typename Op::Local local = zero();
+  add_values<kLoadBatch>(op, local, v);
+  for (j += I(kLoadBatch) * step; j < end - span; j += I(kLoadBatch) * step) {
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u) v[u] = op.load(address(j + I(u) * step));
+    add_values<kLoadBatch>(op, local, v);
   }
   for (; j < end; j += step) op.add(local, op.load(address(j)));
+  return local;
 }
 
 // Merges the accumulators of a warp's lanes in a fixed tree (lane l takes lane l + offset's,
@@ -221,31 +232,45 @@ template <class Op>
 struct has_packed_loads<Op, std::void_t<decltype(Op::kPackElementBytes)>> : std::true_type {};
 
 // The packed form of accumulate: packs first, first + step, ... (< end) of V values each, with
-// kPackedLoadFloats floats of Values (at least two packs) in flight; address(k): where pack k
-// starts. 32 floats rather than kLoadBatch values (four 16-byte bf16 packs of one tensor instead
-// of two): ResNet-9 bf16 on an H200 4.854 -> 4.835 ms a step, the built-in ResNet 0.959 -> 0.957.
+// kPackedLoadFloats floats of Values (at least two packs) in flight, the first group loaded
+// before zero() is called; address(k): where pack k starts. 32 floats rather than kLoadBatch
+// values (four 16-byte bf16 packs of one tensor instead of two): ResNet-9 bf16 on an H200 4.854
+// -> 4.835 ms a step, the built-in ResNet 0.959 -> 0.957.
 constexpr int kPackedLoadFloats = 32;
-template <int V, typename I, class Op, class Address>
-__device__ __forceinline__ void accumulate_packs(const Op& op, typename Op::Local& local, I first,
-                                                 I end, I step, const Address& address) {
+template <int V, typename I, class Op, class Zero, class Address>
+__device__ __forceinline__ typename Op::Local accumulate_packs(const Op& op, const Zero& zero,
+                                                               I first, I end, I step,
+                                                               const Address& address) {
   constexpr int kFloats = V * int(sizeof(typename Op::Value) / sizeof(float));
   constexpr int kPacks = kPackedLoadFloats / kFloats >= 2 ? kPackedLoadFloats / kFloats : 2;
   const I span = I(kPacks - 1) * step;
   I k = first;
-  if (end > span) {
-    for (; k < end - span; k += I(kPacks) * step) {
-      typename Op::Value v[kPacks][V];
-#pragma unroll
-      for (int u = 0; u < kPacks; ++u) op.template load_packed<V>(address(k + I(u) * step), v[u]);
-#pragma unroll
-      for (int u = 0; u < kPacks; ++u) add_values<V>(op, local, v[u]);
+  auto add_rest = [&](typename Op::Local& local) {
+    for (; k < end; k += step) {
+      typename Op::Value v[V];
+      op.template load_packed<V>(address(k), v);
+      add_values<V>(op, local, v);
     }
+  };
+  if (end <= span || k >= end - span) {
+    typename Op::Local local = zero();
+    add_rest(local);
+    return local;
   }
-  for (; k < end; k += step) {
-    typename Op::Value v[V];
-    op.template load_packed<V>(address(k), v);
-    add_values<V>(op, local, v);
+  typename Op::Value v[kPacks][V];
+#pragma unroll
+  for (int u = 0; u < kPacks; ++u) op.template load_packed<V>(address(k + I(u) * step), v[u]);
+  typename Op::Local local = zero();
+#pragma unroll
+  for (int u = 0; u < kPacks; ++u) add_values<V>(op, local, v[u]);
+  for (k += I(kPacks) * step; k < end - span; k += I(kPacks) * step) {
+#pragma unroll
+    for (int u = 0; u < kPacks; ++u) op.template load_packed<V>(address(k + I(u) * step), v[u]);
+#pragma unroll
+    for (int u = 0; u < kPacks; ++u) add_values<V>(op, local, v[u]);
   }
+  add_rest(local);
+  return local;
 }
 
 // The Values of the V adjacent values at `at` (one pack when V > 1).
