@@ -58,8 +58,8 @@ __device__ __forceinline__ void add_values(const Op& op, typename Op::Local& loc
 // A thread's values first, first + step, ... (< end) added in that order to zero() (the Op's
 // Local for the channel: zero may load, e.g. a shift or the channel's parameters), with up to
 // kLoadBatch loads in flight. The first batch is loaded before zero() is called, so that the
-// loads of both are in flight together (zero's round trip came before the first batch's: one of
-// the half-dozen that make a small batch norm's time). address(j): where value j is.
+// loads of both are in flight together (zero's round trip used to come before the first batch's).
+// address(j): where value j is.
 template <typename I, class Op, class Zero, class Address>
 __device__ __forceinline__ typename Op::Local accumulate(const Op& op, const Zero& zero, I first,
                                                          I end, I step, const Address& address) {

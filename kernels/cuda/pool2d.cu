@@ -1,8 +1,9 @@
 // CUDA pooling: one thread per output in the forward passes (for global average pooling a thread
-// a small plane staged in shared memory, or a warp a larger plane); the backward passes gather per input pixel over the windows that cover it (no
-// atomics, deterministic, and the same order of additions as the CPU's scatter). Max pooling
-// whose windows tile the plane (the usual 2x2 / 2) has kernels of its own: a thread per window
-// both ways, in pairs of values where the windows are 2 wide.
+// a small plane staged in shared memory, or a warp a larger plane); the backward passes gather
+// per input pixel over the windows that cover it (no atomics, deterministic, and the same order
+// of additions as the CPU's scatter). Max pooling whose windows tile the plane (the usual 2x2 / 2)
+// has kernels of its own: a thread per window both ways, in pairs of values where the windows are
+// 2 wide.
 #include <algorithm>
 
 #include "trident/kernels/cuda/float_types.cuh"
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(kStagedPlanes)
   const int64_t first = int64_t(blockIdx.x) * kStagedPlanes;
   const int count = int(planes - first < kStagedPlanes ? planes - first : kStagedPlanes);
   const int values = count * plane_size;
-  const S* run = x + first * plane_size;  // 16-byte aligned with x: kStagedPlanes is 16 * 8
+  const S* run = x + first * plane_size;  // 16-byte aligned where x is (128 planes a block)
   int copied = 0;
   if (aligned) {
     constexpr int kPerChunk = int(sizeof(uint4) / sizeof(S));
