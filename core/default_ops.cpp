@@ -137,6 +137,21 @@ void Device::do_axpby_activation(const Tensor& x, const Tensor& y, float a, floa
   do_unary_forward(activation, y, y, alpha);
 }
 
+void Device::do_batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                      const Tensor& residual, const Tensor& gamma,
+                                      const Tensor& beta, const Tensor& running_mean,
+                                      const Tensor& running_var, const Tensor& y,
+                                      const Tensor& save_mean, const Tensor& save_invstd) {
+  BatchNormShape plain = s;
+  plain.relu = false;
+  do_batchnorm_forward(plain, training, x, gamma, beta, running_mean, running_var, y, save_mean,
+                       save_invstd);
+  if (s.relu)
+    do_axpby_activation(residual, y, 1.0f, 1.0f, UnaryOp::relu, 0.0f);
+  else
+    do_axpby(residual, y, 1.0f, 1.0f);
+}
+
 void Device::do_unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y,
                                    const Tensor& dy, const Tensor& dy_more, const Tensor& dx,
                                    float alpha) {

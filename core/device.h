@@ -207,6 +207,16 @@ class Device {
                          const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                          const Tensor& save_invstd);
+  // A residual block's batch norm and sum in one pass: y = normalise(x) + residual, then
+  // max(y, 0) if s.relu (the ReLU after the sum, not before it). Training and evaluation as
+  // batchnorm_forward; residual is of y's shape and type, disjoint from y (it may overlap x).
+  // The backward is batchnorm_backward without a ReLU, given the gradient of the sum (after
+  // the ReLU's, which the caller takes from y).
+  void batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                             const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& y, const Tensor& save_mean,
+                             const Tensor& save_invstd);
   // dx, and dgamma / dbeta (unless undefined), for the training forward that saved
   // save_mean / save_invstd. s.relu: dy counts only where that forward's output was positive,
   // i.e. where (x - mean) * invstd * gamma + beta > 0, recomputed from x (beta, read only then,
@@ -367,6 +377,13 @@ class Device {
   virtual void do_unary_backward_sum(UnaryOp op, const Tensor& x, const Tensor& y,
                                      const Tensor& dy, const Tensor& dy_more, const Tensor& dx,
                                      float alpha);
+  // batchnorm_add_forward. Default: do_batchnorm_forward without the ReLU, then
+  // do_axpby_activation (y = act(residual + y)).
+  virtual void do_batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                        const Tensor& residual, const Tensor& gamma,
+                                        const Tensor& beta, const Tensor& running_mean,
+                                        const Tensor& running_var, const Tensor& y,
+                                        const Tensor& save_mean, const Tensor& save_invstd);
   // axpby with an activation other than identity. Default: do_axpby, then do_unary_forward in
   // place on y.
   virtual void do_axpby_activation(const Tensor& x, const Tensor& y, float a, float b,

@@ -279,10 +279,19 @@ void BatchNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y
     fail(*this, "training needs more than one value per channel, got input " +
                     shape_string(x.shape()) + " (use a batch of 2 or more)");
   if (ctx.training && inference_only_) fail(*this, "built for inference, cannot train");
-  ctx.device->batchnorm_forward(s, ctx.training, x, affine_ ? params_[0] : Tensor(),
-                                affine_ ? params_[1] : Tensor(), buffers_[0], buffers_[1], y,
-                                scratch.empty() ? Tensor() : scratch[0],
-                                scratch.empty() ? Tensor() : scratch[1]);
+  const Tensor gamma = affine_ ? params_[0] : Tensor(), beta = affine_ ? params_[1] : Tensor();
+  const Tensor save_mean = scratch.empty() ? Tensor() : scratch[0];
+  const Tensor save_invstd = scratch.empty() ? Tensor() : scratch[1];
+  if (!fused_sum_) {
+    ctx.device->batchnorm_forward(s, ctx.training, x, gamma, beta, buffers_[0], buffers_[1], y,
+                                  save_mean, save_invstd);
+    return;
+  }
+  if (!residual_.defined()) fail(*this, "ends a residual block, whose shortcut was not given");
+  BatchNormShape with_sum = s;
+  with_sum.relu = sum_relu_;
+  ctx.device->batchnorm_add_forward(with_sum, ctx.training, x, residual_, gamma, beta,
+                                    buffers_[0], buffers_[1], y, save_mean, save_invstd);
 }
 
 void BatchNorm::backward(const StepContext& ctx, const Tensor& x, const Tensor& /*y*/,

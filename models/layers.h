@@ -91,6 +91,12 @@ class BatchNorm : public Layer {
   // backward masks the gradient where the output was positive (recomputed from x, beta and the
   // saved statistics), so the ReLU layer passes through.
   void set_fused_relu(bool fused) { fused_relu_ = fused; }
+  // Set by a Residual block whose body ends with this layer: the forward also adds the block's
+  // shortcut (set_residual, before each forward) and applies the block's ReLU after the sum
+  // (relu false: none), in one pass (Device::batchnorm_add_forward), so the block has no sum
+  // pass of its own. The backward is unchanged: it is given the gradient of the sum.
+  void set_fused_sum(bool on, bool relu) { fused_sum_ = on, sum_relu_ = relu; }
+  void set_residual(const Tensor& residual) { residual_ = residual; }
   void forward(const StepContext&, const Tensor& x, const Tensor& y,
                const std::vector<Tensor>& scratch) override;
   void backward(const StepContext&, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -99,6 +105,8 @@ class BatchNorm : public Layer {
  private:
   BatchNormShape shape_for(const Shape& input) const;
   bool fused_relu_ = false;
+  bool fused_sum_ = false, sum_relu_ = false;
+  Tensor residual_;
   int dims_;
   int64_t channels_ = 0;
   float momentum_ = 0.1f, eps_ = 1e-5f;

@@ -308,6 +308,12 @@ Shape Residual::setup(const Shape& input) {
                                           "1x1 Conv2d with the body's stride and a BatchNorm2d)"
                                         : ""));
   body_into_output_ = !body_.backward_reads_output();
+  // A body that ends with a batch norm normalises, sums and activates in one pass (ResNet bf16
+  // on an H200: three passes over two tensors a step fewer).
+  fused_norm_ = nullptr;
+  if (body_into_output_ && (post_ == UnaryOp::relu || post_ == UnaryOp::identity))
+    fused_norm_ = dynamic_cast<BatchNorm*>(&body_.layer(body_.size() - 1));
+  if (fused_norm_) fused_norm_->set_fused_sum(true, post_ == UnaryOp::relu);
   return out;
 }
 
@@ -334,6 +340,14 @@ std::vector<ScratchSpec> Residual::scratch_specs(const Device&, const Shape& inp
 
 void Residual::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                        const std::vector<Tensor>& scratch) {
+  if (fused_norm_) {  // the shortcut first: the body's last layer sums it (and activates)
+    const Tensor& skip = shortcut_.empty() ? x : scratch[0];
+    if (!shortcut_.empty()) shortcut_.forward(ctx, x, skip, {});
+    fused_norm_->set_residual(skip.reshape(y.shape()));
+    body_.forward(ctx, x, y, {});
+    fused_norm_->set_residual(Tensor());
+    return;
+  }
   size_t next = 0;
   const Tensor body_out = body_into_output_ ? y : scratch[next++];
   body_.forward(ctx, x, body_out, {});

@@ -23,6 +23,8 @@
 
 namespace trident {
 
+class BatchNorm;
+
 class Sequential : public Layer {
  public:
   Sequential() = default;
@@ -142,6 +144,9 @@ class Residual : public Layer {
   float input_alpha_ = 0.0f;
   bool output_gradient_activated_ = false;
   bool body_into_output_ = true;  // the body writes y directly (its backward never reads y)
+  // The body's last layer, a BatchNorm that adds the shortcut and applies post_ (a ReLU or
+  // nothing) as it normalises (BatchNorm::set_fused_sum); null: a sum pass of the block's own.
+  BatchNorm* fused_norm_ = nullptr;
 };
 
 }  // namespace trident

@@ -424,6 +424,95 @@ TEST_CASE("conformance: batchnorm forward (training and evaluation) and backward
   }
 }
 
+TEST_CASE("conformance: batchnorm_add_forward normalises, adds a residual and applies the ReLU "
+          "after the sum, training and evaluation", "[conformance][batchnorm]") {
+  struct Case {
+    int64_t outer, channels, inner;
+  };
+  // CUDA: one block a channel, the cooperative launch (parts of 49- and 784-value planes), the
+  // packed loads (runs of 8), and a matrix (inner 1).
+  const std::vector<Case> cases = {
+      {7, 3, 5}, {256, 32, 49}, {20, 32, 784}, {64, 1, 2048}, {200, 50, 1}, {3, 5, 6}};
+  FOR_EACH_DEVICE(device) {
+    uint32_t seed = 2500;
+    for (const Case& c : cases)
+      for (const bool training : {true, false})
+        for (const bool relu : {false, true}) {
+          BatchNormShape s;
+          s.outer = c.outer, s.channels = c.channels, s.inner = c.inner, s.relu = relu;
+          INFO("batchnorm_add outer=" << c.outer << " channels=" << c.channels << " inner="
+                                      << c.inner << " training=" << training << " relu=" << relu);
+          const size_t n = size_t(s.numel()), ch = size_t(c.channels);
+          std::vector<float> x = random_floats(n, ++seed, -1.0f, 1.0f);
+          for (size_t i = 0; i < n; ++i) x[i] = 3.0f * x[i] + 10.0f;
+          const std::vector<float> residual = random_floats(n, ++seed, -2.0f, 2.0f);
+          const std::vector<float> gamma = random_floats(ch, ++seed, 0.5f, 1.5f);
+          const std::vector<float> beta = random_floats(ch, ++seed);
+          const std::vector<float> rmean = random_floats(ch, ++seed, 8.0f, 12.0f);
+          const std::vector<float> rvar = random_floats(ch, ++seed, 5.0f, 15.0f);
+          // The reference: the plain normalisation, then the sum and the ReLU.
+          BatchNormShape plain = s;
+          plain.relu = false;
+          std::vector<float> y_want(n), mean_want(ch), invstd_want(ch);
+          std::vector<float> rmean_want = rmean, rvar_want = rvar;
+          reference::batchnorm_forward(plain, training, x.data(), gamma.data(), beta.data(),
+                                       rmean_want.data(), rvar_want.data(), y_want.data(),
+                                       mean_want.data(), invstd_want.data());
+          for (size_t i = 0; i < n; ++i) {
+            y_want[i] += residual[i];
+            if (relu) y_want[i] = std::max(y_want[i], 0.0f);
+          }
+          OffsetBuffer dx(*device, x, 1), dres(*device, residual, 3), dgamma(*device, gamma, 2),
+              dbeta(*device, beta, 0), drmean(*device, rmean, 3), drvar(*device, rvar, 1),
+              dy(*device, std::vector<float>(n, kNaN), 2),
+              dmean(*device, std::vector<float>(ch, kNaN), 1),
+              dinvstd(*device, std::vector<float>(ch, kNaN), 0);
+          device->batchnorm_add_forward(s, training, dx.tensor(), dres.tensor(), dgamma.tensor(),
+                                        dbeta.tensor(), drmean.tensor(), drvar.tensor(),
+                                        dy.tensor(), dmean.tensor(), dinvstd.tensor());
+          TRIDENT_CHECK_CLOSE(dy.values(), y_want, (Tolerance{2e-5, 1e-5}));
+          TRIDENT_CHECK_CLOSE(drmean.values(), rmean_want, (Tolerance{1e-5, 1e-6}));
+          TRIDENT_CHECK_CLOSE(drvar.values(), rvar_want, (Tolerance{1e-5, 1e-5}));
+          CHECK(dy.guard_damage() + drmean.guard_damage() + drvar.guard_damage() +
+                    dres.guard_damage() ==
+                0);
+          if (relu && n >= 64) {  // the ReLU after the sum zeroed some outputs and kept others
+            const auto zeros = std::count(y_want.begin(), y_want.end(), 0.0f);
+            CHECK((zeros > 0 && size_t(zeros) < n));
+          }
+          if (training) {
+            TRIDENT_CHECK_CLOSE(dmean.values(), mean_want, (Tolerance{2e-6, 1e-6}));
+            TRIDENT_CHECK_CLOSE(dinvstd.values(), invstd_want, (Tolerance{1e-7, 2e-5}));
+          }
+        }
+    // The residual may be x itself (y = normalise(x) + x), not y.
+    BatchNormShape s;
+    s.outer = 4, s.channels = 3, s.inner = 10, s.relu = true;
+    const std::vector<float> x = random_floats(size_t(s.numel()), 2599);
+    const std::vector<float> gamma = random_floats(3, 2598, 0.5f, 1.5f), beta(3, 0.25f);
+    std::vector<float> rmean(3, 0.0f), rvar(3, 1.0f), y_want(x.size()), mean(3), invstd(3);
+    BatchNormShape plain = s;
+    plain.relu = false;
+    reference::batchnorm_forward(plain, false, x.data(), gamma.data(), beta.data(), rmean.data(),
+                                 rvar.data(), y_want.data(), mean.data(), invstd.data());
+    for (size_t i = 0; i < x.size(); ++i) y_want[i] = std::max(y_want[i] + x[i], 0.0f);
+    const Tensor dx = upload(*device, x), dg = upload(*device, gamma), db = upload(*device, beta);
+    const Tensor rm = upload(*device, rmean), rv = upload(*device, rvar);
+    const Tensor y = upload(*device, std::vector<float>(x.size(), kNaN));
+    device->batchnorm_add_forward(s, false, dx, dx, dg, db, rm, rv, y, Tensor(), Tensor());
+    TRIDENT_CHECK_CLOSE(y.to_host(), y_want, (Tolerance{2e-5, 1e-5}));
+    CHECK_THROWS_WITH(
+        device->batchnorm_add_forward(s, false, dx, y, dg, db, rm, rv, y, Tensor(), Tensor()),
+        Catch::Contains("y and residual overlap"));
+    CHECK_THROWS_WITH(device->batchnorm_add_forward(s, false, dx, dx.view(0, {10}), dg, db, rm,
+                                                    rv, y, Tensor(), Tensor()),
+                      Catch::Contains("residual has 10 elements"));
+    CHECK_THROWS_WITH(
+        device->batchnorm_add_forward(s, false, dx, Tensor(), dg, db, rm, rv, y, Tensor(), Tensor()),
+        Catch::Contains("residual is undefined"));
+  }
+}
+
 TEST_CASE("conformance: batchnorm with a fused ReLU keeps a NaN (a diverged input is not "
           "hidden as zeros)", "[conformance][batchnorm]") {
   FOR_EACH_DEVICE(device) {

@@ -435,8 +435,17 @@ TEST_CASE("cuda half: batch normalisation agrees with the CPU", "[cuda][half][ba
       d.batchnorm_forward(s, false, x, gamma, beta, rm, rv, eval, Tensor(), Tensor());
       d.batchnorm_forward(s, true, x, gamma, beta, rm, rv, y, sm, si);
       d.batchnorm_backward(s, x, dy, gamma, sm, si, dx, dg, dbeta);
-      return Outputs{eval.to_host(), y.to_host(), sm.to_host(), si.to_host(), rm.to_host(),
-                     rv.to_host(),   dx.to_host(), dg.to_host(), dbeta.to_host()};
+      // The residual block's form: + dy as the residual, then the ReLU after the sum.
+      BatchNormShape with_sum = s;
+      with_sum.relu = true;
+      const Tensor sum = Tensor::empty(d, {s.numel()}, type);
+      const Tensor sum_eval = Tensor::empty(d, {s.numel()}, type);
+      d.batchnorm_add_forward(with_sum, true, x, dy, gamma, beta, rm, rv, sum, sm, si);
+      d.batchnorm_add_forward(with_sum, false, x, dy, gamma, beta, rm, rv, sum_eval, Tensor(),
+                              Tensor());
+      return Outputs{eval.to_host(), y.to_host(),  sm.to_host(),    si.to_host(),
+                     rm.to_host(),   rv.to_host(), dx.to_host(),    dg.to_host(),
+                     dbeta.to_host(), sum.to_host(), sum_eval.to_host()};
     });
 }
 

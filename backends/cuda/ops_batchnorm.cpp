@@ -18,6 +18,22 @@ void CudaDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, co
   check_launch("batchnorm_forward");
 }
 
+// The sum in the normalisation's second pass: the ResNet's three block sums (a pass over 2
+// tensors each) leave its step.
+void CudaDevice::do_batchnorm_add_forward(const BatchNormShape& s, bool training,
+                                          const Tensor& x, const Tensor& residual,
+                                          const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& running_mean, const Tensor& running_var,
+                                          const Tensor& y, const Tensor& save_mean,
+                                          const Tensor& save_invstd) {
+  launch_batchnorm_forward(kernel_context(), x.dtype(), s, training, device_ptr<const void>(x),
+                           device_ptr<const float>(gamma), device_ptr<const float>(beta),
+                           device_ptr<float>(running_mean), device_ptr<float>(running_var),
+                           device_ptr<void>(y), device_ptr<float>(save_mean),
+                           device_ptr<float>(save_invstd), device_ptr<const void>(residual));
+  check_launch("batchnorm_add_forward");
+}
+
 void CudaDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x,
                                        const Tensor& dy, const Tensor& gamma,
                                        const Tensor& save_mean, const Tensor& save_invstd,

@@ -56,6 +56,7 @@ struct BatchNormStatsOp {
   // the channel's first plane, or of its first samples where planes are shorter than 8).
   I inner, shift_step;
   int shift_values;
+  const S* residual;  // batchnorm_add_forward: y = normalised + residual (then the ReLU); or null
 
   struct Local {
     float n, shift, sum, squares;
@@ -72,7 +73,8 @@ struct BatchNormStatsOp {
   __device__ Value load(I at) const { return to_float(x[at]); }
   static constexpr int kPackElementBytes = sizeof(S);
   bool packs_aligned(int bytes) const {
-    return pack_aligned(x, size_t(bytes)) && pack_aligned(y, size_t(bytes));
+    return pack_aligned(x, size_t(bytes)) && pack_aligned(y, size_t(bytes)) &&
+           (!residual || pack_aligned(residual, size_t(bytes)));
   }
   template <int V>
   __device__ void load_packed(I at, Value (&v)[V]) const {
@@ -138,12 +140,30 @@ struct BatchNormStatsOp {
   __device__ void finish(I c, const double* acc, float* coef) const {
     finish(c, acc, params(c, true), coef);
   }
-  __device__ float normalise(float v, const float* coef) const {
-    const float out = (v - coef[0]) * coef[1] + coef[2];
+  // The second pass reads the residual too, beside x (channel_reduce_steps.cuh's load_apply).
+  struct ApplyValue {
+    float x, residual;
+  };
+  template <int V>
+  __device__ void load_apply(I at, ApplyValue (&v)[V]) const {
+    float xs[V], rs[V];
+    load_pack<V>(x, at, xs);
+    if (residual) {
+      load_pack<V>(residual, at, rs);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) rs[e] = 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = {xs[e], rs[e]};
+  }
+  __device__ float normalise(const ApplyValue& v, const float* coef) const {
+    float out = (v.x - coef[0]) * coef[1] + coef[2];
+    if (residual) out += v.residual;  // not + 0 without one: -0 would become +0
     return relu && out < 0.f ? 0.f : out;  // a NaN stays NaN, as UnaryOp::relu keeps it
   }
   template <int V>
-  __device__ void store_values(I at, const Value (&v)[V], const float* coef) const {
+  __device__ void store_values(I at, const ApplyValue (&v)[V], const float* coef) const {
     float out[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) out[e] = normalise(v[e], coef);
@@ -267,13 +287,15 @@ template <typename S, typename I>
 __global__ void batchnorm_eval_kernel(const S* x, const float* gamma, const float* beta,
                                       const float* running_mean, const float* running_var,
                                       S* y, I total, I channels, Divider<I> by_inner,
-                                      Divider<I> by_channels, float eps, bool relu) {
+                                      Divider<I> by_channels, float eps, bool relu,
+                                      const S* residual) {
   wait_for_prior_grids();
   for (I i = first_index<I>(); i < total; i += grid_step<I>()) {
     const I q = by_inner.div(i);
     const I c = q - by_channels.div(q) * channels;
     const float scale = (gamma ? gamma[c] : 1.f) / sqrtf(running_var[c] + eps);
-    const float out = (to_float(x[i]) - running_mean[c]) * scale + (beta ? beta[c] : 0.f);
+    float out = (to_float(x[i]) - running_mean[c]) * scale + (beta ? beta[c] : 0.f);
+    if (residual) out += to_float(residual[i]);
     y[i] = from_float<S>(relu && out < 0.f ? 0.f : out);
   }
 }
@@ -281,7 +303,7 @@ __global__ void batchnorm_eval_kernel(const S* x, const float* gamma, const floa
 template <typename S, typename I>
 void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training, const S* x,
                 const float* gamma, const float* beta, float* running_mean, float* running_var,
-                S* y, float* save_mean, float* save_invstd) {
+                S* y, float* save_mean, float* save_invstd, const S* residual) {
   if (training) {
     constexpr int kShift = BatchNormStatsOp<S, I>::kShiftValues;
     const bool in_plane = s.inner >= kShift || s.outer == 1;
@@ -299,14 +321,15 @@ void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training
                                     s.relu,
                                     I(s.inner),
                                     in_plane ? I(1) : I(s.channels * s.inner),
-                                    int(std::min<int64_t>(kShift, in_plane ? s.inner : s.outer))};
+                                    int(std::min<int64_t>(kShift, in_plane ? s.inner : s.outer)),
+                                    residual};
     run_channel_reduce<I>(ctx, s.outer, s.channels, s.inner, op);
     return;
   }
   const int64_t total = s.numel();
   launch(ctx, batchnorm_eval_kernel<S, I>, grid_for(total), kBlockThreads, 0, x, gamma, beta,
          running_mean, running_var, y, I(total), I(s.channels), Divider<I>(s.inner),
-         Divider<I>(s.channels), s.eps, s.relu);
+         Divider<I>(s.channels), s.eps, s.relu, residual);
 }
 
 }  // namespace
@@ -314,18 +337,20 @@ void forward_as(const KernelContext& ctx, const BatchNormShape& s, bool training
 void launch_batchnorm_forward(const KernelContext& ctx, DType type, const BatchNormShape& s,
                               bool training, const void* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var,
-                              void* y, float* save_mean, float* save_invstd) {
+                              void* y, float* save_mean, float* save_invstd,
+                              const void* residual) {
   if (s.numel() <= 0) return;
   with_float_type(type, [&](auto tag) {
     using S = decltype(tag);
     const S* xs = static_cast<const S*>(x);
+    const S* rs = static_cast<const S*>(residual);
     S* ys = static_cast<S*>(y);
     if (fits_int32(s.numel()))
       forward_as<S, int32_t>(ctx, s, training, xs, gamma, beta, running_mean, running_var, ys,
-                             save_mean, save_invstd);
+                             save_mean, save_invstd, rs);
     else
       forward_as<S, int64_t>(ctx, s, training, xs, gamma, beta, running_mean, running_var, ys,
-                             save_mean, save_invstd);
+                             save_mean, save_invstd, rs);
   });
 }
 

@@ -12,11 +12,13 @@ namespace trident::cuda {
 
 // Training: batch mean and biased variance per channel, save_mean / save_invstd written, the
 // running statistics updated, y normalised. Evaluation: y from the running statistics only.
-// gamma / beta may be null (1 / 0); y may be x. s.relu: y = max(normalised, 0).
+// gamma / beta may be null (1 / 0); y may be x. residual (batchnorm_add_forward), unless null:
+// y = normalised + residual. s.relu: then y = max(y, 0).
 void launch_batchnorm_forward(const KernelContext& ctx, DType type, const BatchNormShape& s,
                               bool training, const void* x, const float* gamma,
                               const float* beta, float* running_mean, float* running_var,
-                              void* y, float* save_mean, float* save_invstd);
+                              void* y, float* save_mean, float* save_invstd,
+                              const void* residual = nullptr);
 // dx, and dgamma / dbeta unless null; gamma may be null; dx may be dy. s.relu: y is the
 // forward's output (the fused ReLU's mask), else unused.
 void launch_batchnorm_backward(const KernelContext& ctx, DType type, const BatchNormShape& s,

@@ -21,7 +21,9 @@
 //                                alone, without finish's writes
 //   template <int V> void store_values(I address, const Value (&v)[V], const float* coef)
 //                                (kApply) the second pass: the results of the V adjacent values
-//                                at address (loaded as load / load_packed load them) stored
+//                                at address (loaded as load / load_packed load them) stored;
+//                                an Op that reads more there has ApplyValue and load_apply
+//                                (channel_reduce_steps.cuh's load_values)
 //
 // Launch shapes: 1-D blocks over (channel, part) tasks, part p being a contiguous slice of the
 // channel's outer * inner values; or, when inner == 1 (channels are the columns of a matrix),
@@ -233,7 +235,7 @@ __global__ void channel_apply_kernel(I total, I channels, Divider<I> by_inner,
     const I c = q - by_channels.div(q) * channels;
     float coef[coef_slots<Op>()];
     for (int k = 0; k < Op::kCoefWords; ++k) coef[k] = coefficients[int64_t(c) * Op::kCoefWords + k];
-    typename Op::Value v[V];
+    apply_value_t<Op> v[V];
     load_values<V, I>(op, i * I(V), v);
     op.template store_values<V>(i * I(V), v, coef);
   }

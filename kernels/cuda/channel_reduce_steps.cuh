@@ -273,10 +273,26 @@ __device__ __forceinline__ typename Op::Local accumulate_packs(const Op& op, con
   return local;
 }
 
-// The Values of the V adjacent values at `at` (one pack when V > 1).
+// What the second pass reads of a value: the reduction's Value, or where the Op reads more there
+// (a batch norm's residual), its `ApplyValue`, loaded by `template <int V> void load_apply(I at,
+// ApplyValue (&)[V]) const` (V adjacent values, one pack of each tensor when V > 1).
+template <class Op, class = void>
+struct apply_value {
+  using type = typename Op::Value;
+};
+template <class Op>
+struct apply_value<Op, std::void_t<typename Op::ApplyValue>> {
+  using type = typename Op::ApplyValue;
+};
+template <class Op>
+using apply_value_t = typename apply_value<Op>::type;
+
+// The second pass's inputs for the V adjacent values at `at` (one pack when V > 1).
 template <int V, typename I, class Op>
-__device__ __forceinline__ void load_values(const Op& op, I at, typename Op::Value (&v)[V]) {
-  if constexpr (V > 1)
+__device__ __forceinline__ void load_values(const Op& op, I at, apply_value_t<Op> (&v)[V]) {
+  if constexpr (!std::is_same_v<apply_value_t<Op>, typename Op::Value>)
+    op.template load_apply<V>(at, v);
+  else if constexpr (V > 1)
     op.template load_packed<V>(at, v);
   else
     v[0] = op.load(at);
@@ -297,7 +313,7 @@ __device__ __forceinline__ void apply_units(const Op& op, I first, I end, I step
   I k = first;
   if (end > span) {
     for (; k < end - span; k += I(kUnits) * step) {
-      typename Op::Value v[kUnits][V];
+      apply_value_t<Op> v[kUnits][V];
 #pragma unroll
       for (int u = 0; u < kUnits; ++u) load_values<V, I>(op, address(k + I(u) * step), v[u]);
 #pragma unroll
@@ -306,7 +322,7 @@ __device__ __forceinline__ void apply_units(const Op& op, I first, I end, I step
     }
   }
   for (; k < end; k += step) {
-    typename Op::Value v[V];
+    apply_value_t<Op> v[V];
     load_values<V, I>(op, address(k), v);
     op.template store_values<V>(address(k), v, coef);
   }
