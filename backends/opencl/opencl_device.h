@@ -86,6 +86,11 @@ class OpenClDevice final : public Device {
                             const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                             const Tensor& save_invstd) override;
+  void do_batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                const Tensor& y, const Tensor& save_mean,
+                                const Tensor& save_invstd) override;
   void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                              const Tensor& gamma, const Tensor& save_mean,
                              const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
@@ -139,6 +144,11 @@ class OpenClDevice final : public Device {
   // y = conv(x, the kernel transformed into U) + b (b may be undefined) for s.
   void winograd_convolution(const Conv2dShape& s, DeviceMemory x, DeviceMemory U,
                             const Tensor& b, DeviceMemory y);
+  // ops_batchnorm.cpp: batchnorm_forward, and with a residual (undefined: none) its add form.
+  void normalise(const BatchNormShape& s, bool training, const Tensor& x, const Tensor& residual,
+                 const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                 const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
+                 const Tensor& save_invstd);
   // How to cut per-channel reductions of this shape; `floats_per_partial` partial values per
   // (piece, channel) and `reserved` more floats must fit in the reduction scratch.
   ChannelSplit channel_split(int64_t outer, int64_t channels, int64_t inner,

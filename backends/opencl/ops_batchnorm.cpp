@@ -11,6 +11,27 @@ void OpenClDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, 
                                         const Tensor& running_mean, const Tensor& running_var,
                                         const Tensor& y, const Tensor& save_mean,
                                         const Tensor& save_invstd) {
+  normalise(s, training, x, Tensor(), gamma, beta, running_mean, running_var, y, save_mean,
+            save_invstd);
+}
+
+// The residual block's sum in the normalising pass (as CUDA does; the default would add a pass).
+void OpenClDevice::do_batchnorm_add_forward(const BatchNormShape& s, bool training,
+                                            const Tensor& x, const Tensor& residual,
+                                            const Tensor& gamma, const Tensor& beta,
+                                            const Tensor& running_mean,
+                                            const Tensor& running_var, const Tensor& y,
+                                            const Tensor& save_mean, const Tensor& save_invstd) {
+  normalise(s, training, x, residual, gamma, beta, running_mean, running_var, y, save_mean,
+            save_invstd);
+}
+
+void OpenClDevice::normalise(const BatchNormShape& s, bool training, const Tensor& x,
+                             const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& running_mean, const Tensor& running_var,
+                             const Tensor& y, const Tensor& save_mean,
+                             const Tensor& save_invstd) {
+  const OptionalBufferArg sum = queue_.optional(residual, "residual");
   const cl_uint outer = cl_uint(s.outer), channels = cl_uint(s.channels);
   const cl_uint inner = cl_uint(s.inner), n = cl_uint(s.numel());
   const auto normalize = [&](const Tensor& mean, const Tensor& spread, bool spread_is_var) {
@@ -19,7 +40,7 @@ void OpenClDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, 
                   queue_.optional(gamma, "gamma"), queue_.optional(beta, "beta"),
                   queue_.buffer(mean, "mean"), queue_.buffer(spread, "variance"),
                   cl_int(spread_is_var), s.eps, queue_.buffer(y, "y"), n, channels, inner,
-                  cl_int(s.relu));
+                  cl_int(s.relu), sum);
   };
   if (!training) return normalize(running_mean, running_var, true);
   const ChannelSplit split = channel_split(s.outer, s.channels, s.inner, 3, 0);
@@ -30,7 +51,7 @@ void OpenClDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, 
                   queue_.optional(beta, "beta"), queue_.buffer(running_mean, "running_mean"),
                   queue_.buffer(running_var, "running_var"), queue_.buffer(y, "y"),
                   queue_.buffer(save_mean, "save_mean"), queue_.buffer(save_invstd, "save_invstd"),
-                  outer, channels, inner, s.eps, s.momentum, cl_int(s.relu));
+                  outer, channels, inner, s.eps, s.momentum, cl_int(s.relu), sum);
     return;
   }
   const BufferArg partial{reduce_scratch_.mem, 0};

@@ -81,13 +81,15 @@ void store_batch_stats(Moments m, uint c, float eps, float momentum,
 }
 
 // y = x * a + b with a = invstd * gamma, b = beta - mean * a, for channel c's values from the
-// cursor position k0 + lid on.
+// cursor position k0 + lid on; has_residual: + residual (batchnorm_add_forward), before the ReLU.
 void normalize_run(__global const act_t* x, __global act_t* y, uint channels, uint inner,
-                   uint c, uint k0, uint k1, float a, float b, int relu) {
+                   uint c, uint k0, uint k1, float a, float b, int relu,
+                   __global const act_t* residual, int has_residual) {
   RunCursor r = run_cursor(k0 + get_local_id(0), inner, REDUCE_GROUP);
   for (uint k = k0 + get_local_id(0); k < k1; k += REDUCE_GROUP, run_advance(&r, inner)) {
     const uint at = run_at(&r, channels, c, inner);
-    const float v = LOAD(x, at) * a + b;
+    float v = LOAD(x, at) * a + b;
+    if (has_residual) v += LOAD(residual, at);  // not + 0 without one: -0 would become +0
     STORE(y, at, relu && v < 0.0f ? 0.0f : v);  // a NaN stays NaN, as the unary relu keeps it
   }
 }
@@ -116,7 +118,9 @@ void batchnorm_forward_channel(__global const act_t* x, ulong x_off, __global co
                                ulong running_var_off, __global act_t* y, ulong y_off,
                                __global float* save_mean, ulong save_mean_off,
                                __global float* save_invstd, ulong save_invstd_off, uint outer,
-                               uint channels, uint inner, float eps, float momentum, int relu) {
+                               uint channels, uint inner, float eps, float momentum, int relu,
+                               __global const act_t* residual, ulong residual_off,
+                               int has_residual) {
   __local float n[REDUCE_GROUP], mean[REDUCE_GROUP], m2[REDUCE_GROUP];
   const uint c = get_group_id(0), values = outer * inner;
   const Moments m = group_moments(moments_of_run(x + x_off, channels, inner, c, 0, values), n,
@@ -126,7 +130,8 @@ void batchnorm_forward_channel(__global const act_t* x, ulong x_off, __global co
                       running_var_off, save_mean, save_mean_off, save_invstd, save_invstd_off);
   const float a = (has_gamma ? gamma[gamma_off + c] : 1.0f) / sqrt(m.m2 / m.n + eps);
   const float b = (has_beta ? beta[beta_off + c] : 0.0f) - m.mean * a;
-  normalize_run(x + x_off, y + y_off, channels, inner, c, 0, values, a, b, relu);
+  normalize_run(x + x_off, y + y_off, channels, inner, c, 0, values, a, b, relu,
+                residual + residual_off, has_residual);
 }
 
 // Training with several pieces per channel: the moments of piece (group id / channels) of
@@ -176,7 +181,9 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
                                   __global const float* mean, ulong mean_off,
                                   __global const float* spread, ulong spread_off,
                                   int stats_are_var, float eps, __global act_t* y, ulong y_off,
-                                  uint n, uint channels, uint inner, int relu) {
+                                  uint n, uint channels, uint inner, int relu,
+                                  __global const act_t* residual, ulong residual_off,
+                                  int has_residual) {
   const uint i = get_global_id(0);
   if (i >= n) return;
   const uint c = (i / inner) % channels;
@@ -184,7 +191,8 @@ __kernel void batchnorm_normalize(__global const act_t* x, ulong x_off,
   const float invstd = stats_are_var ? 1.0f / sqrt(s + eps) : s;
   const float2 affine = forward_affine(mean[mean_off + c], invstd, gamma, gamma_off, has_gamma,
                                        beta, beta_off, has_beta, c);
-  const float v = LOAD(x, x_off + i) * affine.x + affine.y;
+  float v = LOAD(x, x_off + i) * affine.x + affine.y;
+  if (has_residual) v += LOAD(residual, residual_off + i);
   STORE(y, y_off + i, relu && v < 0.0f ? 0.0f : v);
 }
 
