@@ -409,6 +409,75 @@ TEST_CASE("models: a ReLU fused into the batch norm before it equals the separat
   }
 }
 
+TEST_CASE("models: a residual block's sum and ReLU fused into its last batch norm equal the "
+          "separate ops", "[models][batchnorm][residual]") {
+  for (Device* device : trident::testing::devices_under_test()) {
+    DYNAMIC_SECTION(device->info().id()) {
+      Device& d = *device;
+      const int64_t batch = 6;
+      Tensor input = random_input(d, {batch, 2, 8, 8}, 29);
+      Tensor labels = Tensor::from_host(d, {batch}, std::vector<int32_t>{1, 3, 0, 2, 3, 1});
+      Tensor state = Tensor::zeros(d, {kStepStateCount}, DType::i32);
+      StepContext ctx{&d, state, true, 3, 0};
+      StepContext eval_ctx{&d, state, false, 3, 0};
+      // Two blocks (identity and projection shortcuts) whose bodies end with a BatchNorm (fused:
+      // Device::batchnorm_add_forward), and the same with an identity (dropout 0) after it,
+      // which keeps the block's own sum pass.
+      auto make = [](bool fused, UnaryOp post) {
+        Network net("blocks");
+        net.add("conv", Conv2d(4, 3).padding(1).bias(false));
+        net.add("bn", BatchNorm2d());
+        net.add("relu", ReLU());
+        for (const int64_t out : {4, 6}) {
+          Sequential body, shortcut;
+          const int64_t stride = out == 4 ? 1 : 2;
+          body.add("conv1", Conv2d(out, 3).stride(stride).padding(1).bias(false));
+          body.add("bn1", BatchNorm2d());
+          body.add("relu", ReLU());
+          body.add("conv2", Conv2d(out, 3).padding(1).bias(false));
+          body.add("bn2", BatchNorm2d());
+          if (!fused) body.add("apart", Dropout(0.0f));
+          if (out != 4) {
+            shortcut.add("0", Conv2d(out, 1).stride(stride).bias(false));
+            shortcut.add("1", BatchNorm2d());
+          }
+          net.add("block" + std::to_string(out),
+                  Residual(std::move(body), std::move(shortcut), post));
+        }
+        net.add("pool", GlobalAvgPool2d());
+        net.add("flatten", Flatten());
+        net.add("fc", Linear(4));
+        return net;
+      };
+      for (const UnaryOp post : {UnaryOp::relu, UnaryOp::identity}) {
+        INFO("activation after the sum: " << unary_module_name(post));
+        Network fused = make(true, post), plain = make(false, post);
+        fused.build(d, {2, 8, 8}, 5);
+        plain.build(d, {2, 8, 8}, 5);
+        REQUIRE(fused.parameters().to_host() == plain.parameters().to_host());
+        Tensor fused_loss = Tensor::zeros(d, {1}), plain_loss = Tensor::zeros(d, {1});
+        for (int step = 0; step < 2; ++step) {  // the second reads the first's running statistics
+          fused.forward_loss(ctx, input, labels, {LossKind::cross_entropy, 0.0f}, fused_loss,
+                             false);
+          fused.backward(ctx);
+          plain.forward_loss(ctx, input, labels, {LossKind::cross_entropy, 0.0f}, plain_loss,
+                             false);
+          plain.backward(ctx);
+        }
+        TRIDENT_CHECK_CLOSE(fused_loss.to_host(), plain_loss.to_host(), (Tolerance{1e-6, 1e-6}));
+        TRIDENT_CHECK_CLOSE(fused.gradients().to_host(), plain.gradients().to_host(),
+                            (Tolerance{1e-6, 1e-5}));
+        TRIDENT_CHECK_CLOSE(fused.buffers().to_host(), plain.buffers().to_host(),
+                            (Tolerance{1e-6, 1e-6}));
+        const std::vector<float> grads = fused.gradients().to_host();
+        CHECK(std::count(grads.begin(), grads.end(), 0.0f) < std::ptrdiff_t(grads.size() / 2));
+        TRIDENT_CHECK_CLOSE(fused.forward(eval_ctx, input).to_host(),
+                            plain.forward(eval_ctx, input).to_host(), (Tolerance{1e-6, 1e-5}));
+      }
+    }
+  }
+}
+
 TEST_CASE("models: the seed MLP learns Fashion-MNIST (loss falls by half in 200 steps)",
           "[models][training]") {
   const DatasetSplits data = trident::testing::small_splits(10000, 2000);
