@@ -340,6 +340,23 @@ void CpuDevice::do_batchnorm_forward(const BatchNormShape& s, bool training, con
   });
 }
 
+// The residual block's sum in the normalising loop (as CUDA and OpenCL; the default would add a
+// pass over two tensors).
+void CpuDevice::do_batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                         const Tensor& residual, const Tensor& gamma,
+                                         const Tensor& beta, const Tensor& running_mean,
+                                         const Tensor& running_var, const Tensor& y,
+                                         const Tensor& save_mean, const Tensor& save_invstd) {
+  run([&] {
+    with_storage(x.dtype(), [&](auto zero) {
+      using X = decltype(zero);
+      cpu::batchnorm_forward(s, training, at<X>(x), at(gamma), at(beta), at(running_mean),
+                             at(running_var), at<X>(y), at(save_mean), at(save_invstd),
+                             at<X>(residual));
+    });
+  });
+}
+
 void CpuDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                                       const Tensor& gamma, const Tensor& save_mean,
                                       const Tensor& save_invstd, const Tensor& dx,

@@ -71,6 +71,11 @@ class CpuDevice : public Device {
                             const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                             const Tensor& save_invstd) override;
+  void do_batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& running_mean, const Tensor& running_var,
+                                const Tensor& y, const Tensor& save_mean,
+                                const Tensor& save_invstd) override;
   void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
                              const Tensor& gamma, const Tensor& save_mean,
                              const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,

@@ -37,10 +37,11 @@ int64_t channel_grain(const BatchNormShape& s) {
   return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.outer * s.inner, 1));
 }
 
+// residual (batchnorm_add_forward), unless null: added before the ReLU.
 template <class X>
 void forward(const BatchNormShape& s, bool training, const X* x, const float* gamma,
              const float* beta, float* running_mean, float* running_var, X* y, float* save_mean,
-             float* save_invstd) {
+             float* save_invstd, const X* residual) {
   const double n = double(s.outer * s.inner);
   parallel_ranges(s.channels, channel_grain(s), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -70,7 +71,15 @@ void forward(const BatchNormShape& s, bool training, const X* x, const float* ga
       const Affine f = affine_of(mean, invstd, gamma, beta, c);
       const float af = f.a, bf = f.b;  // (structured bindings cannot be captured in C++17)
       for_runs(s, c, [&](int64_t, int64_t at) {
-        if (s.relu)
+        if (residual && s.relu)
+          for (int64_t i = 0; i < s.inner; ++i)
+            store_value(y, at + i,
+                        relu_kept_nan(load_value(x, at + i) * af + bf +
+                                      load_value(residual, at + i)));
+        else if (residual)
+          for (int64_t i = 0; i < s.inner; ++i)
+            store_value(y, at + i, load_value(x, at + i) * af + bf + load_value(residual, at + i));
+        else if (s.relu)
           for (int64_t i = 0; i < s.inner; ++i)
             store_value(y, at + i, relu_kept_nan(load_value(x, at + i) * af + bf));
         else
@@ -135,13 +144,16 @@ void backward(const BatchNormShape& s, const X* x, const X* dy, const float* gam
 
 void batchnorm_forward(const BatchNormShape& s, bool training, const float* x, const float* gamma,
                        const float* beta, float* running_mean, float* running_var, float* y,
-                       float* save_mean, float* save_invstd) {
-  forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd);
+                       float* save_mean, float* save_invstd, const float* residual) {
+  forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd,
+          residual);
 }
 void batchnorm_forward(const BatchNormShape& s, bool training, const uint16_t* x,
                        const float* gamma, const float* beta, float* running_mean,
-                       float* running_var, uint16_t* y, float* save_mean, float* save_invstd) {
-  forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd);
+                       float* running_var, uint16_t* y, float* save_mean, float* save_invstd,
+                       const uint16_t* residual) {
+  forward(s, training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd,
+          residual);
 }
 
 void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy,
