@@ -448,6 +448,11 @@ class Device {
   void invalidate_claims(const Tensor& written);
   // Turns a raised error flag into a BackendError (and clears it).
   void check_error_flag();
+  // batchnorm_forward (residual undefined) and batchnorm_add_forward: checks, then the slot.
+  void batchnorm_front(const char* op, const BatchNormShape& s, bool training, const Tensor& x,
+                       const Tensor& residual, const Tensor& gamma, const Tensor& beta,
+                       const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                       const Tensor& save_mean, const Tensor& save_invstd);
   // The shape the conv2d slots see: s, or s in float32 when s.dtype is staged.
   Conv2dShape conv_compute_shape(const Conv2dShape& s) const;
 

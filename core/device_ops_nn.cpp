@@ -285,14 +285,31 @@ void Device::avgpool2d_backward(const Pool2dShape& s, const Tensor& dy, const Te
 
 // ---- normalisation -----------------------------------------------------------------------------
 
-namespace {
+void Device::batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                               const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var,
+                               const Tensor& y, const Tensor& save_mean,
+                               const Tensor& save_invstd) {
+  batchnorm_front("batchnorm_forward", s, training, x, Tensor(), gamma, beta, running_mean,
+                  running_var, y, save_mean, save_invstd);
+}
 
-// batchnorm_forward's and batchnorm_add_forward's checks (residual: undefined for the first).
-void check_batchnorm_forward(const OpCheck& check, const BatchNormShape& s, bool training,
+void Device::batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                                   const Tensor& residual, const Tensor& gamma,
+                                   const Tensor& beta, const Tensor& running_mean,
+                                   const Tensor& running_var, const Tensor& y,
+                                   const Tensor& save_mean, const Tensor& save_invstd) {
+  OpCheck(*this, "batchnorm_add_forward").here("residual", residual);
+  batchnorm_front("batchnorm_add_forward", s, training, x, residual, gamma, beta, running_mean,
+                  running_var, y, save_mean, save_invstd);
+}
+
+void Device::batchnorm_front(const char* op, const BatchNormShape& s, bool training,
                              const Tensor& x, const Tensor& residual, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
                              const Tensor& save_invstd) {
+  OpCheck check(*this, op);
   check_batchnorm(check, s);
   const int64_t c = s.channels;
   check.floating("x", x, s.numel());
@@ -315,18 +332,6 @@ void check_batchnorm_forward(const OpCheck& check, const BatchNormShape& s, bool
                                 {"running_var", &running_var}, {"save_mean", &save_mean},
                                 {"save_invstd", &save_invstd}, {"residual", &residual}})
     check.disjoint("y", y, name, *t);
-}
-
-}  // namespace
-
-void Device::batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
-                               const Tensor& gamma, const Tensor& beta,
-                               const Tensor& running_mean, const Tensor& running_var,
-                               const Tensor& y, const Tensor& save_mean,
-                               const Tensor& save_invstd) {
-  OpCheck check(*this, "batchnorm_forward");
-  check_batchnorm_forward(check, s, training, x, Tensor(), gamma, beta, running_mean,
-                          running_var, y, save_mean, save_invstd);
   invalidate_claims(y);
   if (training) {
     invalidate_claims(running_mean);
@@ -336,31 +341,12 @@ void Device::batchnorm_forward(const BatchNormShape& s, bool training, const Ten
   }
   if (s.numel() == 0) return;
   Staging stage(*this, OpFamily::batchnorm);
-  do_batchnorm_forward(s, training, stage.in(x), gamma, beta, running_mean, running_var,
-                       stage.out(y), save_mean, save_invstd);
-  stage.finish();
-}
-
-void Device::batchnorm_add_forward(const BatchNormShape& s, bool training, const Tensor& x,
-                                   const Tensor& residual, const Tensor& gamma,
-                                   const Tensor& beta, const Tensor& running_mean,
-                                   const Tensor& running_var, const Tensor& y,
-                                   const Tensor& save_mean, const Tensor& save_invstd) {
-  OpCheck check(*this, "batchnorm_add_forward");
-  check.here("residual", residual);  // required here (the shared checks take it if defined)
-  check_batchnorm_forward(check, s, training, x, residual, gamma, beta, running_mean,
-                          running_var, y, save_mean, save_invstd);
-  invalidate_claims(y);
-  if (training) {
-    invalidate_claims(running_mean);
-    invalidate_claims(running_var);
-    invalidate_claims(save_mean);
-    invalidate_claims(save_invstd);
-  }
-  if (s.numel() == 0) return;
-  Staging stage(*this, OpFamily::batchnorm);
-  do_batchnorm_add_forward(s, training, stage.in(x), stage.in(residual), gamma, beta,
-                           running_mean, running_var, stage.out(y), save_mean, save_invstd);
+  if (residual.defined())
+    do_batchnorm_add_forward(s, training, stage.in(x), stage.in(residual), gamma, beta,
+                             running_mean, running_var, stage.out(y), save_mean, save_invstd);
+  else
+    do_batchnorm_forward(s, training, stage.in(x), gamma, beta, running_mean, running_var,
+                         stage.out(y), save_mean, save_invstd);
   stage.finish();
 }
 
