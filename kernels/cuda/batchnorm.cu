@@ -140,7 +140,7 @@ struct BatchNormStatsOp {
   __device__ void finish(I c, const double* acc, float* coef) const {
     finish(c, acc, params(c, true), coef);
   }
-  // The second pass reads the residual too, beside x (channel_reduce_steps.cuh's load_apply).
+  // The second pass reads the residual too, beside x (channel_reduce_steps.cuh's load_values).
   struct ApplyValue {
     float x, residual;
   };
