@@ -99,6 +99,9 @@ void Device::queue_beside(const std::function<void()>& work) {
   if (beside_)
     throw Error(info().id() + ": queue_beside inside queue_beside (side work does not nest)");
   if (!do_has_side_queue()) return work();
+  // The error flag exists before any op that may raise it is queued beside (allocating there
+  // is refused).
+  if (do_side_queue_runs_every_op()) error_flag();
   do_begin_beside();
   beside_ = true;
   beside_pending_ = true;

@@ -95,16 +95,23 @@ class Device {
   // Queues the ops `work` issues on the device's side queue: they start once everything queued
   // before this call has run and may run beside whatever is queued after it, until join_beside().
   // The caller keeps the two apart: side work may not touch memory that main-queue work queued
-  // meanwhile reads or writes, and what it uses must live until the join. Only elementwise ops
-  // may go beside (the optimizer updates, convert, fill, scale, axpby, unary_forward): the others
-  // share the device's scratch and library handles, and throw there, as do nested calls. Where
-  // the backend has one queue (the default; has_side_queue() false) `work` runs in order.
-  // The Trainer queues each layer's optimizer update beside the backward of the layers below.
+  // meanwhile reads or writes, and what it uses must live until the join; it may not allocate.
+  // Unless side_queue_runs_every_op(), only elementwise ops may go beside (the optimizer updates,
+  // convert, fill, scale, axpby, unary_forward): the others share the device's scratch and
+  // library handles, and throw there, as do nested calls. Where the backend has one queue (the
+  // default; has_side_queue() false) `work` runs in order. The Trainer queues each layer's
+  // optimizer update beside the backward of the layers below; a Residual its projection shortcut
+  // beside its body where every op may go.
   void queue_beside(const std::function<void()>& work);
   // Makes the work queued after this call wait for all side work queued so far. synchronize(),
   // the host copies and capture() join first, so side work is never left behind a read.
   void join_beside();
   bool has_side_queue() const { return do_has_side_queue(); }
+  // Whether every op may be queued beside, not only the elementwise ones: the side queue has its
+  // own scratch and library handles, and nothing queued there waits for the whole device.
+  bool side_queue_runs_every_op() const {
+    return do_has_side_queue() && do_side_queue_runs_every_op();
+  }
   // True while queue_beside's work is being queued (the op checks refuse the ops that may not).
   bool queuing_beside() const { return beside_; }
 
@@ -400,6 +407,8 @@ class Device {
   // begin: later ops go to the side queue, after all work queued so far; end: back to the main
   // queue; join: the main queue's later work waits for the side work queued so far.
   virtual bool do_has_side_queue() const { return false; }
+  // Default: false (only the elementwise ops listed under queue_beside go beside).
+  virtual bool do_side_queue_runs_every_op() const { return false; }
   virtual void do_begin_beside() {}
   virtual void do_end_beside() {}
   virtual void do_join_beside() {}

@@ -28,7 +28,7 @@ inline bool may_run_beside(const char* op) {
 class OpCheck {
  public:
   OpCheck(const Device& device, const char* op) : device_(device), op_(op) {
-    if (device.queuing_beside() && !may_run_beside(op))
+    if (device.queuing_beside() && !device.side_queue_runs_every_op() && !may_run_beside(op))
       throw Error(device.info().id() + ": " + op + " cannot be queued beside (queue_beside): "
                   "only the optimizer updates, convert, fill, scale, axpby and unary_forward can");
   }

@@ -288,6 +288,7 @@ void BatchNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y
     return;
   }
   if (!residual_.defined()) fail(*this, "ends a residual block, whose shortcut was not given");
+  if (join_residual_) ctx.device->join_beside();
   BatchNormShape with_sum = s;
   with_sum.relu = sum_relu_;
   ctx.device->batchnorm_add_forward(with_sum, ctx.training, x, residual_, gamma, beta,

@@ -96,7 +96,11 @@ class BatchNorm : public Layer {
   // (relu false: none), in one pass (Device::batchnorm_add_forward), so the block has no sum
   // pass of its own. The backward is unchanged: it is given the gradient of the sum.
   void set_fused_sum(bool on, bool relu) { fused_sum_ = on, sum_relu_ = relu; }
-  void set_residual(const Tensor& residual) { residual_ = residual; }
+  // join: the residual is written by work queued beside (Device::queue_beside), which the
+  // forward joins before it reads it.
+  void set_residual(const Tensor& residual, bool join = false) {
+    residual_ = residual, join_residual_ = join;
+  }
   void forward(const StepContext&, const Tensor& x, const Tensor& y,
                const std::vector<Tensor>& scratch) override;
   void backward(const StepContext&, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -107,6 +111,7 @@ class BatchNorm : public Layer {
   bool fused_relu_ = false;
   bool fused_sum_ = false, sum_relu_ = false;
   Tensor residual_;
+  bool join_residual_ = false;
   int dims_;
   int64_t channels_ = 0;
   float momentum_ = 0.1f, eps_ = 1e-5f;

@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "trident/core/env.h"
 #include "trident/core/error.h"
 #include "trident/models/layers.h"
 
@@ -314,6 +315,7 @@ Shape Residual::setup(const Shape& input) {
   if (body_into_output_ && (post_ == UnaryOp::relu || post_ == UnaryOp::identity))
     fused_norm_ = dynamic_cast<BatchNorm*>(&body_.layer(body_.size() - 1));
   if (fused_norm_) fused_norm_->set_fused_sum(true, post_ == UnaryOp::relu);
+  branch_overlap_ = env_flag("TRIDENT_BRANCH_OVERLAP", true);
   return out;
 }
 
@@ -338,21 +340,46 @@ std::vector<ScratchSpec> Residual::scratch_specs(const Device&, const Shape& inp
   return specs;
 }
 
+Residual::BufferKey Residual::buffer_key(const Tensor& x, const Tensor& t) {
+  return {x.shape().at(0), t.memory().handle, t.memory().offset};
+}
+
+bool Residual::run_shortcut(const StepContext& ctx, const BufferKey& key,
+                            std::set<BufferKey>& seen, const std::function<void()>& work) const {
+  const bool beside = branch_overlap_ && ctx.device->side_queue_runs_every_op() &&
+                      seen.count(key) != 0;
+  seen.insert(key);
+  if (beside)
+    ctx.device->queue_beside(work);
+  else
+    work();
+  return beside;
+}
+
+// A projection shortcut runs beside the body where the device allows (run_shortcut): its
+// small convolution and batch norm fill SMs that the body's leave idle.
 void Residual::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                        const std::vector<Tensor>& scratch) {
   if (fused_norm_) {  // the shortcut first: the body's last layer sums it (and activates)
     const Tensor& skip = shortcut_.empty() ? x : scratch[0];
-    if (!shortcut_.empty()) shortcut_.forward(ctx, x, skip, {});
-    fused_norm_->set_residual(skip.reshape(y.shape()));
+    bool beside = false;
+    if (!shortcut_.empty())
+      beside = run_shortcut(ctx, buffer_key(x, skip), forward_seen_,
+                            [&] { shortcut_.forward(ctx, x, skip, {}); });
+    fused_norm_->set_residual(skip.reshape(y.shape()), beside);
     body_.forward(ctx, x, y, {});
     fused_norm_->set_residual(Tensor());
     return;
   }
   size_t next = 0;
   const Tensor body_out = body_into_output_ ? y : scratch[next++];
-  body_.forward(ctx, x, body_out, {});
   const Tensor& skip = shortcut_.empty() ? x : scratch[next];
-  if (!shortcut_.empty()) shortcut_.forward(ctx, x, skip, {});
+  bool beside = false;
+  if (!shortcut_.empty())
+    beside = run_shortcut(ctx, buffer_key(x, skip), forward_seen_,
+                          [&] { shortcut_.forward(ctx, x, skip, {}); });
+  body_.forward(ctx, x, body_out, {});
+  if (beside) ctx.device->join_beside();
   if (!body_into_output_) y.copy_from(body_out);
   // y = post(body + shortcut), one pass.
   ctx.device->axpby(skip.reshape(y.shape()), y, 1.0f, 1.0f, post_, post_alpha_);
@@ -367,14 +394,18 @@ void Residual::backward(const StepContext& ctx, const Tensor& x, const Tensor& y
   // one did that as it summed its branches (set_output_gradient_activated).
   if (post_ != UnaryOp::identity && !output_gradient_activated_)
     ctx.device->unary_backward(post_, Tensor(), y, dy, dy, post_alpha_);
-  body_.backward(ctx, x, body_out, dy, dx, {});
   if (shortcut_.empty()) {
+    body_.backward(ctx, x, body_out, dy, dx, {});
     if (dx.defined()) add_branch_gradient(ctx, x, dy.reshape(dx.shape()), dx);
     return;
   }
   const Tensor& skip = scratch[next];
   const Tensor& skip_dx = scratch[next + 1];
-  shortcut_.backward(ctx, x, skip, dy, dx.defined() ? skip_dx : Tensor(), {});
+  const bool beside = run_shortcut(ctx, buffer_key(x, dy), backward_seen_, [&] {
+    shortcut_.backward(ctx, x, skip, dy, dx.defined() ? skip_dx : Tensor(), {});
+  });
+  body_.backward(ctx, x, body_out, dy, dx, {});
+  if (beside) ctx.device->join_beside();
   if (dx.defined()) add_branch_gradient(ctx, x, skip_dx, dx);
 }
 

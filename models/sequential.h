@@ -13,9 +13,12 @@
 //   shortcut.add("1", BatchNorm2d());
 //   net.add("layer2", Residual(std::move(body), std::move(shortcut)));  // post: ReLU
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -137,6 +140,18 @@ class Residual : public Layer {
   // dx = dx + branch, through input_op_ where set: the input gradient's last pass.
   void add_branch_gradient(const StepContext& ctx, const Tensor& x, const Tensor& branch,
                            const Tensor& dx) const;
+  // The memory a shortcut's buffers are made for: its input's batch size, and where its output
+  // (forward) or its output's gradient (backward) lives (Sequential makes new buffers when that
+  // changes).
+  using BufferKey = std::tuple<int64_t, void*, size_t>;
+  static BufferKey buffer_key(const Tensor& x, const Tensor& t);
+  // Runs the projection shortcut's `work` on the device's side queue, beside the body, where
+  // that queue takes every op (Device::side_queue_runs_every_op) and TRIDENT_BRANCH_OVERLAP is
+  // not 0; else in order. Not the first time for a key (`seen`): that pass allocates the
+  // shortcut's buffers, which side work may not. Returns whether it went beside (the caller then
+  // joins before reading the shortcut's results).
+  bool run_shortcut(const StepContext& ctx, const BufferKey& key, std::set<BufferKey>& seen,
+                    const std::function<void()>& work) const;
   Sequential body_, shortcut_;
   UnaryOp post_;
   float post_alpha_;
@@ -147,6 +162,8 @@ class Residual : public Layer {
   // The body's last layer, a BatchNorm that adds the shortcut and applies post_ (a ReLU or
   // nothing) as it normalises (BatchNorm::set_fused_sum); null: a sum pass of the block's own.
   BatchNorm* fused_norm_ = nullptr;
+  bool branch_overlap_ = true;  // TRIDENT_BRANCH_OVERLAP (read at setup)
+  std::set<BufferKey> forward_seen_, backward_seen_;  // run before (run_shortcut)
 };
 
 }  // namespace trident

@@ -57,6 +57,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), ordinal_);
     stream_ = main_stream_;
     gemm_ = std::make_unique<CublasGemm>(ordinal_, main_stream_, tf32_);
+    side_gemm_ = std::make_unique<CublasGemm>(ordinal_, side_stream_, tf32_);
     direct_conv_ = env_flag("TRIDENT_CUDA_IMPLICIT_CONV", true);
     implicit_conv_ = direct_conv_ && implicit_conv_available();
     warpgroup_mma_ = implicit_conv_ && env_flag("TRIDENT_CUDA_WGMMA", true) &&
@@ -72,7 +73,10 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     dependent_launch_ = major >= 9 && env_flag("TRIDENT_CUDA_DEPENDENT_LAUNCH", true);
     const size_t partial_bytes = size_t(kPartialWords) * sizeof(double);
     const size_t coefficient_bytes = size_t(kCoefficientWords) * sizeof(float);
-    const size_t one = partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned);
+    // Each stream's scratch starts on 256 bytes (the partials are doubles, read in packs).
+    const size_t one =
+        (partial_bytes + coefficient_bytes + size_t(kCounterWords) * sizeof(unsigned) + 255) /
+        256 * 256;
     TRIDENT_CUDA_CHECK(cudaMalloc(&scratch_memory_, 2 * one), ordinal_);
     TRIDENT_CUDA_CHECK(cudaMemset(scratch_memory_, 0, 2 * one), ordinal_);  // counters start at 0
     TRIDENT_CUDA_CHECK(cudaDeviceSynchronize(), ordinal_);
@@ -88,6 +92,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     }
     scratch_ = main_scratch_;
   } catch (...) {
+    side_gemm_.reset();
     gemm_.reset();
     if (scratch_memory_) cudaFree(scratch_memory_);
     if (fork_event_) cudaEventDestroy(fork_event_);
@@ -104,6 +109,7 @@ CudaDevice::~CudaDevice() {
   // Errors are moot now; everything below is released anyway.
   cudaStreamSynchronize(side_stream_);
   cudaStreamSynchronize(main_stream_);
+  side_gemm_.reset();
   gemm_.reset();
   cudaFree(scratch_memory_);
   cudaEventDestroy(fork_event_);
@@ -121,7 +127,9 @@ KernelContext CudaDevice::kernel_context(bool with_error_flag) {
   ctx.stream = stream_;
   ctx.sms = info_.compute_units;
   ctx.scratch = scratch_;
-  ctx.cooperative_launch = cooperative_launch_;
+  // Not on the side stream: a grid that waits at a barrier for all its blocks could wait there
+  // for SMs that a cooperative grid of the main stream holds, and that one for these.
+  ctx.cooperative_launch = cooperative_launch_ && stream_ == main_stream_;
   ctx.dependent_launch = dependent_launch_;
   ctx.warpgroup_mma = warpgroup_mma_;
   if (with_error_flag) ctx.error_flag = device_ptr<int32_t>(error_flag());

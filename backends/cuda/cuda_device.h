@@ -50,6 +50,8 @@ class CudaDevice final : public Device {
   // queue_beside: a second stream of lower priority with its own reduction scratch, forked
   // from and joined to the main one by events (both recordable inside a graph capture).
   bool do_has_side_queue() const override { return true; }
+  // The side stream has its own reduction scratch and cuBLAS handle, and no cooperative launches.
+  bool do_side_queue_runs_every_op() const override { return true; }
   void do_begin_beside() override;
   void do_end_beside() override;
   void do_join_beside() override;
@@ -185,7 +187,10 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
-  std::unique_ptr<CublasGemm> gemm_;
+  // cuBLAS handles (and their workspaces) on the main and the side stream; gemm() picks the one
+  // of the stream ops are queued on.
+  std::unique_ptr<CublasGemm> gemm_, side_gemm_;
+  CublasGemm& gemm() { return stream_ == side_stream_ ? *side_gemm_ : *gemm_; }
   void* scratch_memory_ = nullptr;  // both streams' ReduceScratch buffers, allocated once
   ReduceScratch scratch_, main_scratch_, side_scratch_;
 };

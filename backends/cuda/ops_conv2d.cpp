@@ -214,7 +214,7 @@ bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const 
       g.a = device_ptr<const void>(w), g.lda = plan.ckk;
       g.b = col, g.ldb = samples * plan.p;
       g.c = t, g.ldc = samples * plan.p;
-      gemm_->gemm(g);
+      gemm().gemm(g);
       launch_samples_first(ctx, s.dtype, t, bias, samples, plan.oc, plan.p, y_n);
       check_launch("samples_first");
       continue;
@@ -232,7 +232,7 @@ bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const 
     g.c = y_n, g.ldc = plan.p, g.stride_c = plan.out_size;
     g.beta = bias ? 1.0f : 0.0f;
     g.batch = samples;
-    gemm_->gemm(g);
+    gemm().gemm(g);
   }
   return !plan.pointwise && plan.one_chunk(s);
 }
@@ -298,7 +298,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
       gw.b = col, gw.ldb = np;
       gw.c = device_ptr<float>(dw), gw.ldc = plan.ckk;
       gw.beta = n0 > 0 ? 1.0f : 0.0f;
-      gemm_->gemm(gw);
+      gemm().gemm(gw);
       if (db.defined())
         launch_channel_sums(ctx, s.dtype, dy_n, nullptr, device_ptr<float>(db), samples, plan.oc,
                             plan.p, n0 > 0 ? 1.0f : 0.0f);
@@ -316,7 +316,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
       gw.b = dy_n, gw.ldb = plan.p, gw.stride_b = plan.out_size;
       gw.c = dw_part, gw.ldc = plan.oc, gw.stride_c = plan.dw_columns * plan.oc;
       gw.batch = samples;
-      gemm_->gemm(gw);
+      gemm().gemm(gw);
       launch_conv_grad_reduce(ctx, dw_part, samples, plan.oc, plan.ckk, !plan.pointwise, true,
                               device_ptr<float>(dw), device_ptr<float>(db), n0 > 0);
     }
@@ -342,7 +342,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
         gc.c = dx_n, gc.ldc = plane, gc.stride_c = plan.in_size;
         gc.batch = samples;
       }
-      gemm_->gemm(gc);
+      gemm().gemm(gc);
       if (plan.folded) {
         launch_samples_first(ctx, s.dtype, t, nullptr, samples, s.in_channels, plane, dx_n);
         check_launch("samples_first");
@@ -364,7 +364,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
       gx.stride_c = plan.pointwise ? plan.in_size : plan.rows * plan.p;
       gx.batch = samples;
     }
-    gemm_->gemm(gx);
+    gemm().gemm(gx);
     if (plan.pointwise) continue;
     launch_col2im(ctx, s, samples, col, plan.rows, dx_n, plan.folded);
     check_launch("col2im");

@@ -32,7 +32,7 @@ void CudaDevice::do_gemm(const GemmArgs& g) {
                          BiasKind::none, UnaryOp::identity, 0.0f, true, g.beta);
     return check_launch("gemm_epilogue");
   }
-  gemm_->gemm(call_of(g));
+  gemm().gemm(call_of(g));
 }
 
 void CudaDevice::do_gemm_fused(const GemmArgs& g) {
@@ -58,11 +58,11 @@ void CudaDevice::do_gemm_fused(const GemmArgs& g) {
       convert(g.bias, rounded);
       lt_bias_data = device_ptr<const void>(rounded);
     }
-    const bool fused = gemm_->gemm_bias_relu(call, lt_bias_data, g.activation == UnaryOp::relu);
+    const bool fused = gemm().gemm_bias_relu(call, lt_bias_data, g.activation == UnaryOp::relu);
     release_scratch(mark);  // stream-ordered: later users of the arena queue after the GEMM
     if (fused) return;
   }
-  gemm_->gemm(call);
+  gemm().gemm(call);
   launch_gemm_epilogue(ctx, g.c.dtype(), c, g.ldc, g.m, g.n, bias, g.bias_kind, g.activation,
                        g.activation_alpha, false, g.beta);
   check_launch("gemm_epilogue");

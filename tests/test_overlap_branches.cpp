@@ -1,0 +1,226 @@
+// A residual block's projection shortcut queued beside its body (Residual::run_shortcut) on a
+// device whose side queue takes every op (Device::side_queue_runs_every_op). On a CPU device that
+// claims such a queue and either runs side work at once or holds the shortcut's convolution and
+// batch norm until the join, training must equal the plain device's bit for bit, weights and
+// running statistics: holding catches main work that reads the shortcut's output (the fused sum
+// in the body's last batch norm, the block's summed input gradient) before the join. The CUDA
+// side stream runs between the two; the K-step agreement tests of conformance_training.cpp and
+// the ResNet tests run it on GPUs.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "trident/backends/cpu/cpu_device.h"
+#include "trident/core/error.h"
+#include "trident/models/layers.h"
+#include "trident/models/sequential.h"
+#include "trident/models/trainer.h"
+#include "trident/models/zoo.h"
+#include "tests/conformance.h"
+#include "tests/fake_collective.h"
+#include "tests/test_data.h"
+
+using namespace trident;
+
+namespace {
+
+// A CPU device whose side queue takes every op. deferred: the convolutions and batch norms
+// queued beside (all the shortcut issues) are held until the join; otherwise they run at once.
+class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
+ public:
+  explicit BranchQueueCpuDevice(bool deferred) : ReplayingCpuDevice(0), deferred_(deferred) {}
+  int begins = 0, joins = 0, ops_beside = 0;
+
+ protected:
+  bool do_has_side_queue() const override { return true; }
+  bool do_side_queue_runs_every_op() const override { return true; }
+  void do_begin_beside() override {
+    ++begins;
+    beside_ = true;
+  }
+  void do_end_beside() override { beside_ = false; }
+  void do_join_beside() override {
+    ++joins;
+    for (auto& work : held_) work();
+    held_.clear();
+  }
+  // Held: the workspace is reported as holding nothing (the backward makes its columns again).
+  bool do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
+                         const Tensor& y, const Tensor& workspace) override {
+    if (!hold()) return CpuDevice::do_conv2d_forward(s, x, w, b, y, workspace);
+    held_.push_back([=, this] { CpuDevice::do_conv2d_forward(s, x, w, b, y, workspace); });
+    return false;
+  }
+  bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                          const Tensor& workspace, bool workspace_valid) override {
+    if (!hold())
+      return CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid);
+    held_.push_back([=, this] {
+      CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid);
+    });
+    return false;
+  }
+  void do_batchnorm_forward(const BatchNormShape& s, bool training, const Tensor& x,
+                            const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
+                            const Tensor& save_invstd) override {
+    auto work = [=, this] {
+      CpuDevice::do_batchnorm_forward(s, training, x, gamma, beta, running_mean, running_var, y,
+                                      save_mean, save_invstd);
+    };
+    if (hold())
+      held_.push_back(work);
+    else
+      work();
+  }
+  void do_batchnorm_backward(const BatchNormShape& s, const Tensor& x, const Tensor& dy,
+                             const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
+                             const Tensor& dbeta, const Tensor& beta) override {
+    auto work = [=, this] {
+      CpuDevice::do_batchnorm_backward(s, x, dy, gamma, save_mean, save_invstd, dx, dgamma,
+                                       dbeta, beta);
+    };
+    if (hold())
+      held_.push_back(work);
+    else
+      work();
+  }
+
+ private:
+  bool hold() {
+    if (beside_) ++ops_beside;
+    return beside_ && deferred_;
+  }
+  bool deferred_;
+  bool beside_ = false;
+  std::vector<std::function<void()>> held_;
+};
+
+// A stem, one block with a projection shortcut (1x1 stride-2 convolution and batch norm), one
+// with an identity shortcut, and the head: both Residual forward paths run (the fused sum in
+// the body's last batch norm, and a block whose body ends in a ReLU, summed by the block).
+Network small_resnet() {
+  Network net("branches");
+  net.add("conv1", Conv2d(8, 3).padding(1).bias(false));
+  net.add("bn1", BatchNorm2d());
+  net.add("relu", ReLU());
+  net.add("layer1", basic_block(8, 16, 2));
+  Sequential body;
+  body.add("conv1", Conv2d(16, 3).padding(1));
+  body.add("relu", ReLU());  // not a batch norm last: the block sums the branches itself
+  Sequential shortcut;
+  shortcut.add("0", Conv2d(16, 1).bias(false));
+  shortcut.add("1", BatchNorm2d());
+  net.add("layer2", Residual(std::move(body), std::move(shortcut)));
+  net.add("pool", GlobalAvgPool2d());
+  net.add("flatten", Flatten());
+  net.add("fc", Linear(10));
+  return net;
+}
+
+struct Run {
+  std::vector<float> weights, buffers;
+};
+
+Run train(Device& device, const TrainOptions& options) {
+  const DatasetSplits data = trident::testing::small_splits(200, 50);
+  Trainer trainer({&device}, small_resnet, data, options);
+  for (int e = 0; e < 2; ++e) trainer.train_epoch();
+  return {trainer.network().parameters().to_host(), trainer.network().buffers().to_host()};
+}
+
+}  // namespace
+
+TEST_CASE("overlap: projection shortcuts queued beside their bodies equal them in order, bit "
+          "for bit",
+          "[overlap][residual]") {
+  for (const bool deferred : {false, true}) {
+    for (const bool capture : {false, true}) {
+      DYNAMIC_SECTION((deferred ? "held until the join" : "run at once")
+                      << (capture ? ", captured" : "")) {
+        TrainOptions o;
+        o.batch = 50;  // 4 steps an epoch, 8 in all
+        o.optimizer.lr = 0.05f;
+        o.optimizer.momentum = 0.9f;
+        o.capture = capture;
+        CpuDevice plain(0, 1, "CPU (test)");
+        const Run want = train(plain, o);
+        BranchQueueCpuDevice side(deferred);
+        const Run got = train(side, o);
+        REQUIRE(got.weights.size() == want.weights.size());
+        CHECK(got.weights == want.weights);
+        CHECK(got.buffers == want.buffers);
+        // Two shortcuts, forward and backward, beside in every step but the first (which
+        // allocates their buffers): 7 x 4 queues, each a convolution and a batch norm.
+        CHECK(side.begins == 7 * 4);
+        CHECK(side.ops_beside == 7 * 4 * 2);
+        CHECK(side.joins >= 7 * 4);
+      }
+    }
+  }
+}
+
+TEST_CASE("overlap: shortcuts stay in order where the side queue takes elementwise ops only",
+          "[overlap][residual]") {
+  // The side queue of test_overlap_updates.cpp's device: every op but the elementwise ones
+  // refused there, so a Residual must not queue its shortcut beside.
+  class UpdatesOnly : public trident::testing::ReplayingCpuDevice {
+   public:
+    UpdatesOnly() : ReplayingCpuDevice(0) {}
+    int begins = 0;
+
+   protected:
+    bool do_has_side_queue() const override { return true; }
+    void do_begin_beside() override { ++begins; }
+  };
+  TrainOptions o;
+  o.batch = 50;
+  o.overlap = false;  // no optimizer updates beside either
+  UpdatesOnly device;
+  CpuDevice plain(0, 1, "CPU (test)");
+  CHECK(train(device, o).weights == train(plain, o).weights);
+  CHECK(device.begins == 0);
+  SECTION("and an op that may not go beside is refused there with a message") {
+    const Tensor x = Tensor::zeros(device, {2, 1, 4, 4}), y = Tensor::zeros(device, {2, 1, 4, 4});
+    const Tensor mean = Tensor::zeros(device, {1}), var = Tensor::from_host(device, {1}, std::vector<float>{1.0f});
+    BatchNormShape s;
+    s.outer = 2, s.channels = 1, s.inner = 16;
+    REQUIRE_THROWS_WITH(device.queue_beside([&] {
+      device.batchnorm_forward(s, false, x, Tensor(), Tensor(), mean, var, y, Tensor(), Tensor());
+    }),
+                        Catch::Contains("cannot be queued beside"));
+  }
+}
+
+TEST_CASE("conformance: on every device, shortcuts beside their bodies equal them in order",
+          "[conformance][overlap][residual]") {
+  const DatasetSplits data = trident::testing::small_splits(200, 50);
+  for (Device* d : trident::testing::devices_under_test()) {
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      if (!d->supports(compute_dtype(precision))) continue;
+      DYNAMIC_SECTION(d->info().id() << ", " << precision_name(precision)
+                                     << (d->side_queue_runs_every_op() ? "" : " (in order)")) {
+        TrainOptions o;
+        o.batch = 50;
+        o.optimizer.lr = 0.05f;
+        o.optimizer.momentum = 0.9f;
+        o.precision = precision;
+        auto run = [&](bool beside) {
+          setenv("TRIDENT_BRANCH_OVERLAP", beside ? "1" : "0", 1);
+          Trainer trainer({d}, small_resnet, data, o);  // Residual reads it at set-up
+          unsetenv("TRIDENT_BRANCH_OVERLAP");
+          for (int e = 0; e < 2; ++e) trainer.train_epoch();  // 8 steps, captured after one
+          return Run{trainer.network().parameters().to_host(),
+                     trainer.network().buffers().to_host()};
+        };
+        const Run in_order = run(false), beside = run(true);
+        CHECK(beside.weights == in_order.weights);
+        CHECK(beside.buffers == in_order.buffers);
+      }
+    }
+  }
+}
