@@ -195,7 +195,7 @@ bool Device::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tens
 
 bool Device::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                 const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                                const Tensor& db, const Tensor& workspace, bool) {
+                                const Tensor& db, const Tensor& workspace, bool, bool) {
   defaults::conv2d_backward(*this, s, x, w, dy, dx, dw, db, workspace);
   return false;
 }

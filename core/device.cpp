@@ -116,6 +116,11 @@ void Device::queue_beside(const std::function<void()>& work) {
   do_end_beside();
 }
 
+void Device::join_last_beside() {
+  if (beside_) throw Error(info().id() + ": join_last_beside inside queue_beside's work");
+  if (beside_pending_) do_join_last_beside();
+}
+
 void Device::join_beside() {
   if (beside_) throw Error(info().id() + ": join_beside inside queue_beside's work");
   if (!beside_pending_) return;

@@ -106,6 +106,9 @@ class Device {
   // Makes the work queued after this call wait for all side work queued so far. synchronize(),
   // the host copies and capture() join first, so side work is never left behind a read.
   void join_beside();
+  // Makes the work queued after this call wait for the last queue_beside call's work only: side
+  // work that ops queued since then (conv2d_backward's weight gradients) keeps running.
+  void join_last_beside();
   bool has_side_queue() const { return do_has_side_queue(); }
   // Whether every op may be queued beside, not only the elementwise ones: the side queue has its
   // own scratch and library handles, and nothing queued there waits for the whole device.
@@ -114,6 +117,9 @@ class Device {
   }
   // True while queue_beside's work is being queued (the op checks refuse the ops that may not).
   bool queuing_beside() const { return beside_; }
+  // Whether side work was queued since the last join_beside() (work that reads what it writes
+  // must join first: a collective handed a gradient buffer, for one).
+  bool beside_pending() const { return beside_pending_; }
 
   // ---- dtypes ------------------------------------------------------------------------------------
   // Whether this device holds tensors of dtype at all (float32 always; 16-bit floats when the
@@ -182,10 +188,13 @@ class Device {
   // or to x happened in between. Model code never sees that state.
   void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
                       const Tensor& y, const Tensor& workspace);
-  // dw (and db, and dx, each unless undefined) from dy[N, OC, OH, OW].
+  // dw (and db, and dx, each unless undefined) from dy[N, OC, OH, OW]. weight_gradient_beside:
+  // where the side queue runs every op, the backend may finish dw and db there, beside what is
+  // queued next (the caller then joins, join_beside(), before anything reads dw or db or this
+  // workspace is used again; queue_beside's work queued later runs after them).
   void conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& dy,
                        const Tensor& dx, const Tensor& dw, const Tensor& db,
-                       const Tensor& workspace);
+                       const Tensor& workspace, bool weight_gradient_beside = false);
   // One sample's patch matrix: col[C*KH*KW, OH*OW] from x[C, H, W] (zero outside the image);
   // row (c, kh, kw), column (oh, ow) holds x[c, oh*SH - PH + kh, ow*SW - PW + kw]. s.batch is
   // ignored. col2im is its adjoint: dx[C, H, W] = the columns summed back (overwrites dx).
@@ -412,6 +421,8 @@ class Device {
   virtual void do_begin_beside() {}
   virtual void do_end_beside() {}
   virtual void do_join_beside() {}
+  // Default: do_join_beside.
+  virtual void do_join_last_beside() { do_join_beside(); }
   // GEMM with bias and/or activation (args.has_epilogue()). Default: do_gemm, then
   // channel_affine for the bias, then unary_forward.
   virtual void do_gemm_fused(const GemmArgs& args);
@@ -424,10 +435,12 @@ class Device {
   // Default: per sample, im2col, dw += dy_n col_n^T, col2im(W^T dy_n); db by channel_sums.
   // workspace_valid: the workspace still holds what this backend's forward left there for the
   // same x, w and shape, neither written since. Returns whether it still does afterwards.
+  // weight_gradient_beside: dw and db may be finished on the side queue (see conv2d_backward;
+  // only where side_queue_runs_every_op(), never inside queue_beside's work).
   virtual bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                   const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                   const Tensor& db, const Tensor& workspace,
-                                  bool workspace_valid);
+                                  bool workspace_valid, bool weight_gradient_beside);
   // Default: log_softmax_forward, nll_loss_forward, then dx = grad_scale * (exp(y) - t) through
   // nll_loss_backward and log_softmax_backward (on the y and dx buffers).
   virtual void do_log_softmax_nll(const Tensor& x, const Tensor& labels, float grad_scale,

@@ -133,7 +133,8 @@ void Device::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor&
 
 void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                              const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                             const Tensor& db, const Tensor& workspace) {
+                             const Tensor& db, const Tensor& workspace,
+                             bool weight_gradient_beside) {
   OpCheck check(*this, "conv2d_backward");
   check_conv(check, s);
   check.same_float("x", x, s.input_numel(), s.dtype);
@@ -182,8 +183,12 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
     return;
   }
   Staging stage(*this, OpFamily::conv2d);
+  // Beside only from the main queue, and only with nothing staged (staging copies back after).
+  const bool beside = weight_gradient_beside && side_queue_runs_every_op() && !beside_ &&
+                      native(OpFamily::conv2d, s.dtype);
+  if (beside) beside_pending_ = true;  // what the backend queues there, the next join waits for
   const bool still_holds = do_conv2d_backward(cs, stage.in(x), stage.in(w), stage.in(dy),
-                                              stage.out(dx), dw, db, workspace, valid);
+                                              stage.out(dx), dw, db, workspace, valid, beside);
   stage.finish();
   if (valid && still_holds) {
     std::lock_guard<std::mutex> lock(claims_mutex_);

@@ -197,7 +197,7 @@ void Conv2d::backward(const StepContext& ctx, const Tensor& x, const Tensor&, co
                       const Tensor& dx, const std::vector<Tensor>& scratch) {
   ctx.device->conv2d_backward(shape_for(x.shape()), x, compute_params_[0], dy, dx, grads_[0],
                               bias_ ? grads_[1] : Tensor(),
-                              scratch.empty() ? Tensor() : scratch[0]);
+                              scratch.empty() ? Tensor() : scratch[0], ctx.beside);
 }
 
 // ---- BatchNorm -----------------------------------------------------------------------------
@@ -288,7 +288,7 @@ void BatchNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y
     return;
   }
   if (!residual_.defined()) fail(*this, "ends a residual block, whose shortcut was not given");
-  if (join_residual_) ctx.device->join_beside();
+  if (join_residual_) ctx.device->join_last_beside();
   BatchNormShape with_sum = s;
   with_sum.relu = sum_relu_;
   ctx.device->batchnorm_add_forward(with_sum, ctx.training, x, residual_, gamma, beta,

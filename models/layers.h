@@ -97,7 +97,7 @@ class BatchNorm : public Layer {
   // pass of its own. The backward is unchanged: it is given the gradient of the sum.
   void set_fused_sum(bool on, bool relu) { fused_sum_ = on, sum_relu_ = relu; }
   // join: the residual is written by work queued beside (Device::queue_beside), which the
-  // forward joins before it reads it.
+  // forward joins (join_last_beside) before it reads it.
   void set_residual(const Tensor& residual, bool join = false) {
     residual_ = residual, join_residual_ = join;
   }

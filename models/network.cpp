@@ -300,6 +300,7 @@ void Network::backward(const StepContext& ctx) {
     backward_layer_parameters(ctx, i);
     backward_layer_input(ctx, i);
   }
+  ctx.device->join_beside();  // the weight gradients layers finished beside (StepContext::beside)
 }
 
 void Network::backward_layer_parameters(const StepContext& ctx, size_t i) {

@@ -6,6 +6,7 @@
 #include <exception>
 #include <numeric>
 
+#include "trident/core/env.h"
 #include "trident/core/error.h"
 #include "trident/core/finite.h"
 #include "trident/core/log.h"
@@ -175,6 +176,7 @@ void Predictor::run_batch(Kind kind, const uint8_t* samples, int64_t rows, int64
   ctx.device = &d;
   ctx.step_state = step_state_;
   ctx.training = false;
+  ctx.beside = env_flag("TRIDENT_OVERLAP", true);
   // Everything by value (the buffers are persistent): the step may be kept and run again.
   Batch* batch = &b;
   auto forward = [this, batch, kind, bucket, ctx, input, convert_input] {

@@ -46,8 +46,10 @@ struct Trainer::Replica {
   // averaging, Trainer::network()); run_step then converts before the step (a replayed step
   // cannot: its forward was recorded without the conversion).
   bool compute_current = false;
+  bool beside = true;  // StepContext::beside (the Trainer's overlap setting)
   StepContext context(bool training, int64_t sample_offset, uint64_t seed) const {
     StepContext ctx;
+    ctx.beside = beside;
     ctx.device = device;
     ctx.step_state = step_state;
     ctx.training = training;

@@ -3,7 +3,6 @@
 
 #include <set>
 
-#include "trident/core/env.h"
 #include "trident/core/error.h"
 #include "trident/models/layers.h"
 
@@ -315,7 +314,6 @@ Shape Residual::setup(const Shape& input) {
   if (body_into_output_ && (post_ == UnaryOp::relu || post_ == UnaryOp::identity))
     fused_norm_ = dynamic_cast<BatchNorm*>(&body_.layer(body_.size() - 1));
   if (fused_norm_) fused_norm_->set_fused_sum(true, post_ == UnaryOp::relu);
-  branch_overlap_ = env_flag("TRIDENT_BRANCH_OVERLAP", true);
   return out;
 }
 
@@ -346,7 +344,7 @@ Residual::BufferKey Residual::buffer_key(const Tensor& x, const Tensor& t) {
 
 bool Residual::run_shortcut(const StepContext& ctx, const BufferKey& key,
                             std::set<BufferKey>& seen, const std::function<void()>& work) const {
-  const bool beside = branch_overlap_ && ctx.device->side_queue_runs_every_op() &&
+  const bool beside = ctx.beside && ctx.device->side_queue_runs_every_op() &&
                       seen.count(key) != 0;
   seen.insert(key);
   if (beside)
@@ -379,7 +377,7 @@ void Residual::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
     beside = run_shortcut(ctx, buffer_key(x, skip), forward_seen_,
                           [&] { shortcut_.forward(ctx, x, skip, {}); });
   body_.forward(ctx, x, body_out, {});
-  if (beside) ctx.device->join_beside();
+  if (beside) ctx.device->join_last_beside();
   if (!body_into_output_) y.copy_from(body_out);
   // y = post(body + shortcut), one pass.
   ctx.device->axpby(skip.reshape(y.shape()), y, 1.0f, 1.0f, post_, post_alpha_);
@@ -405,7 +403,7 @@ void Residual::backward(const StepContext& ctx, const Tensor& x, const Tensor& y
     shortcut_.backward(ctx, x, skip, dy, dx.defined() ? skip_dx : Tensor(), {});
   });
   body_.backward(ctx, x, body_out, dy, dx, {});
-  if (beside) ctx.device->join_beside();
+  if (beside) ctx.device->join_last_beside();  // the body's weight gradients run on
   if (dx.defined()) add_branch_gradient(ctx, x, skip_dx, dx);
 }
 

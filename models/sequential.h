@@ -146,8 +146,7 @@ class Residual : public Layer {
   using BufferKey = std::tuple<int64_t, void*, size_t>;
   static BufferKey buffer_key(const Tensor& x, const Tensor& t);
   // Runs the projection shortcut's `work` on the device's side queue, beside the body, where
-  // that queue takes every op (Device::side_queue_runs_every_op) and TRIDENT_BRANCH_OVERLAP is
-  // not 0; else in order. Not the first time for a key (`seen`): that pass allocates the
+  // that queue takes every op (Device::side_queue_runs_every_op) and ctx.beside; else in order. Not the first time for a key (`seen`): that pass allocates the
   // shortcut's buffers, which side work may not. Returns whether it went beside (the caller then
   // joins before reading the shortcut's results).
   bool run_shortcut(const StepContext& ctx, const BufferKey& key, std::set<BufferKey>& seen,
@@ -162,7 +161,6 @@ class Residual : public Layer {
   // The body's last layer, a BatchNorm that adds the shortcut and applies post_ (a ReLU or
   // nothing) as it normalises (BatchNorm::set_fused_sum); null: a sum pass of the block's own.
   BatchNorm* fused_norm_ = nullptr;
-  bool branch_overlap_ = true;  // TRIDENT_BRANCH_OVERLAP (read at setup)
   std::set<BufferKey> forward_seen_, backward_seen_;  // run before (run_shortcut)
 };
 

@@ -187,6 +187,7 @@ Trainer::Trainer(std::vector<Device*> devices, ModelFactory model, const Dataset
   upload_schedule();
   collective_ = options_.collective ? options_.collective(devices) : make_collective(devices);
   update_beside_ = options_.overlap && env_flag("TRIDENT_OVERLAP", true);
+  for (auto& r : replicas_) r->beside = update_beside_;
   overlap_ = update_beside_ && collective_->overlaps() && n > 1 && options_.average_every <= 0;
   bucket_bytes_ = options_.bucket_bytes > 0
                       ? options_.bucket_bytes

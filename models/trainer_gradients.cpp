@@ -22,7 +22,8 @@ void Trainer::backward_and_update(size_t i) {
   }
   const StepContext ctx = r.context(true, 0, options_.seed);
   // Each bucket once the input gradient of its lowest layer is queued: that reads the layer's
-  // weights, which the update overwrites.
+  // weights, which the update overwrites. The side queue runs it after the weight gradients
+  // layers finished there (StepContext::beside).
   backward_in_buckets_of({i}, [&](int64_t begin, int64_t count) {
     r.device->queue_beside([&] { r.optimizer->update_range(ctx, begin, count); });
   }, true);
@@ -86,7 +87,10 @@ void Trainer::backward_all_in_buckets() {
   for (size_t k = 0; k < all.size(); ++k) all[k] = k;
   std::vector<DeviceMemory> bucket(replicas_.size());
   backward_in_buckets_of(all, [&](int64_t begin, int64_t count) {
-    for (size_t k = 0; k < replicas_.size(); ++k) bucket[k] = gradients_from(k, begin);
+    for (size_t k = 0; k < replicas_.size(); ++k) {
+      replicas_[k]->device->join_beside();  // weight gradients finished beside (StepContext)
+      bucket[k] = gradients_from(k, begin);
+    }
     collective_->start_all_reduce_sum(bucket, count);
   });
   collective_->finish_all_reduces();
@@ -95,6 +99,7 @@ void Trainer::backward_all_in_buckets() {
 // Replica i from its own thread (every replica's thread starts the same buckets in order).
 void Trainer::backward_in_buckets(size_t i) {
   backward_in_buckets_of({i}, [&](int64_t begin, int64_t count) {
+    replicas_[i]->device->join_beside();  // weight gradients finished beside (StepContext)
     collective_->start_all_reduce_sum_device(i, gradients_from(i, begin), count);
   });
   collective_->finish_all_reduces_device(i);

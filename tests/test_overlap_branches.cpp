@@ -8,7 +8,9 @@
 // the ResNet tests run it on GPUs.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
+#include <atomic>
+#include <cmath>
+#include <memory>
 #include <functional>
 #include <vector>
 
@@ -28,10 +30,13 @@ namespace {
 
 // A CPU device whose side queue takes every op. deferred: the convolutions and batch norms
 // queued beside (all the shortcut issues) are held until the join; otherwise they run at once.
+// A weight gradient the caller lets finish beside (conv2d_backward's weight_gradient_beside) is
+// computed at once into a copy and dw (db) hold NaN until the join copies it over, as a side
+// stream would leave them unfinished: a read before the join trains on NaN.
 class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
  public:
   explicit BranchQueueCpuDevice(bool deferred) : ReplayingCpuDevice(0), deferred_(deferred) {}
-  int begins = 0, joins = 0, ops_beside = 0;
+  int begins = 0, joins = 0, ops_beside = 0, weight_gradients_beside = 0;
 
  protected:
   bool do_has_side_queue() const override { return true; }
@@ -40,11 +45,22 @@ class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
     ++begins;
     beside_ = true;
   }
-  void do_end_beside() override { beside_ = false; }
+  void do_end_beside() override {
+    beside_ = false;
+    last_mark_ = held_.size();
+  }
   void do_join_beside() override {
     ++joins;
     for (auto& work : held_) work();
     held_.clear();
+    last_mark_ = 0;
+  }
+  // Up to the end of the last queue_beside's work; weight gradients queued since stay held.
+  void do_join_last_beside() override {
+    ++joins;
+    for (size_t i = 0; i < last_mark_; ++i) held_[i]();
+    held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(last_mark_));
+    last_mark_ = 0;
   }
   // Held: the workspace is reported as holding nothing (the backward makes its columns again).
   bool do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -55,11 +71,28 @@ class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
   }
   bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                           const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
-                          const Tensor& workspace, bool workspace_valid) override {
+                          const Tensor& workspace, bool workspace_valid,
+                          bool weight_gradient_beside) override {
+    if (weight_gradient_beside) {
+      ++weight_gradients_beside;
+      const Tensor dw_copy = copy_of(dw);
+      const Tensor db_copy = db.defined() ? copy_of(db) : Tensor();
+      CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw_copy, db_copy, workspace, workspace_valid,
+                                    false);
+      CpuDevice::do_fill(dw, std::nanf(""));
+      if (db.defined()) CpuDevice::do_fill(db, std::nanf(""));
+      held_.push_back([=, this] {
+        CpuDevice::do_copy_on_device(dw.memory(), dw_copy.memory(), dw.bytes());
+        if (db.defined()) CpuDevice::do_copy_on_device(db.memory(), db_copy.memory(), db.bytes());
+      });
+      return false;
+    }
     if (!hold())
-      return CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid);
+      return CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid,
+                                           weight_gradient_beside);
     held_.push_back([=, this] {
-      CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid);
+      CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw, db, workspace, workspace_valid,
+                                    weight_gradient_beside);
     });
     return false;
   }
@@ -91,6 +124,14 @@ class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
   }
 
  private:
+  // A tensor of t's shape kept for t's memory (made in the first, uncaptured step).
+  Tensor copy_of(const Tensor& t) {
+    for (auto& [of, copy] : copies_)
+      if (of.memory().handle == t.memory().handle && of.memory().offset == t.memory().offset)
+        return copy;
+    copies_.emplace_back(t, Tensor::empty(*this, t.shape()));
+    return copies_.back().second;
+  }
   bool hold() {
     if (beside_) ++ops_beside;
     return beside_ && deferred_;
@@ -98,6 +139,8 @@ class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
   bool deferred_;
   bool beside_ = false;
   std::vector<std::function<void()>> held_;
+  size_t last_mark_ = 0;  // held_[0, last_mark_) is the last queue_beside's work and before
+  std::vector<std::pair<Tensor, Tensor>> copies_;
 };
 
 // A stem, one block with a projection shortcut (1x1 stride-2 convolution and batch norm), one
@@ -159,6 +202,9 @@ TEST_CASE("overlap: projection shortcuts queued beside their bodies equal them i
         CHECK(side.begins == 7 * 4);
         CHECK(side.ops_beside == 7 * 4 * 2);
         CHECK(side.joins >= 7 * 4);
+        // Six convolutions; those of the shortcuts beside the body, in steps 2 to 8, leave
+        // their weight gradients to the side queue themselves.
+        CHECK(side.weight_gradients_beside == 6 + 7 * 4);
       }
     }
   }
@@ -196,6 +242,7 @@ TEST_CASE("overlap: shortcuts stay in order where the side queue takes elementwi
   }
 }
 
+// On CUDA both the shortcuts and the convolutions' weight gradients go to the side stream.
 TEST_CASE("conformance: on every device, shortcuts beside their bodies equal them in order",
           "[conformance][overlap][residual]") {
   const DatasetSplits data = trident::testing::small_splits(200, 50);
@@ -210,9 +257,8 @@ TEST_CASE("conformance: on every device, shortcuts beside their bodies equal the
         o.optimizer.momentum = 0.9f;
         o.precision = precision;
         auto run = [&](bool beside) {
-          setenv("TRIDENT_BRANCH_OVERLAP", beside ? "1" : "0", 1);
-          Trainer trainer({d}, small_resnet, data, o);  // Residual reads it at set-up
-          unsetenv("TRIDENT_BRANCH_OVERLAP");
+          o.overlap = beside;
+          Trainer trainer({d}, small_resnet, data, o);
           for (int e = 0; e < 2; ++e) trainer.train_epoch();  // 8 steps, captured after one
           return Run{trainer.network().parameters().to_host(),
                      trainer.network().buffers().to_host()};
@@ -223,4 +269,50 @@ TEST_CASE("conformance: on every device, shortcuts beside their bodies equal the
       }
     }
   }
+}
+
+TEST_CASE("overlap: data-parallel gradient sums start after the weight gradients left beside",
+          "[overlap][residual][data-parallel]") {
+  // Two devices whose weight gradients finish beside, summed in buckets as NCCL does (started
+  // during backward): a bucket handed over while side work is pending would sum unfinished
+  // gradients (NaN here).
+  class CheckingCollective : public trident::testing::PerDeviceCollective {
+   public:
+    explicit CheckingCollective(std::vector<Device*> devices)
+        : PerDeviceCollective(devices), devices_(std::move(devices)) {}
+    std::atomic<int> started_with_pending{0}, starts{0};
+    void start_all_reduce_sum_device(size_t index, DeviceMemory buffer, int64_t count) override {
+      ++starts;
+      if (devices_[index]->beside_pending()) ++started_with_pending;
+      PerDeviceCollective::start_all_reduce_sum_device(index, buffer, count);
+    }
+
+   private:
+    std::vector<Device*> devices_;
+  };
+  const DatasetSplits data = trident::testing::small_splits(200, 50);
+  TrainOptions o;
+  o.batch = 50;
+  o.optimizer.lr = 0.05f;
+  o.optimizer.momentum = 0.9f;
+  o.bucket_bytes = 4 << 10;  // several buckets a step
+  CpuDevice plain_a(0, 1, "CPU (test)"), plain_b(1, 1, "CPU (test)");
+  Trainer plain({&plain_a, &plain_b}, small_resnet, data, o);
+  for (int e = 0; e < 2; ++e) plain.train_epoch();
+  BranchQueueCpuDevice a(true), b(true);
+  CheckingCollective* checking = nullptr;
+  o.collective = [&](const std::vector<Device*>& devices) {
+    auto made = std::make_unique<CheckingCollective>(devices);
+    made->overlapping = true;
+    checking = made.get();
+    return std::unique_ptr<Collective>(std::move(made));
+  };
+  Trainer bucketed({&a, &b}, small_resnet, data, o);
+  REQUIRE(bucketed.overlaps_backward());
+  for (int e = 0; e < 2; ++e) bucketed.train_epoch();
+  CHECK(bucketed.network().parameters().to_host() == plain.network().parameters().to_host());
+  REQUIRE(checking != nullptr);
+  CHECK(checking->starts > 2 * 8);
+  CHECK(checking->started_with_pending == 0);
+  CHECK(a.weight_gradients_beside > 0);
 }

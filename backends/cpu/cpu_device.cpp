@@ -256,7 +256,7 @@ bool CpuDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const T
 
 bool CpuDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                                   const Tensor& db, const Tensor& workspace, bool) {
+                                   const Tensor& db, const Tensor& workspace, bool, bool) {
   run([&] {
     if (s.dtype == DType::bf16)
       return cpu::conv2d_backward(s, at<uint16_t>(x), at<uint16_t>(w), at<uint16_t>(dy),

@@ -55,6 +55,8 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
         cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking, least), ordinal_);
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), ordinal_);
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), ordinal_);
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&last_beside_event_, cudaEventDisableTiming),
+                       ordinal_);
     stream_ = main_stream_;
     gemm_ = std::make_unique<CublasGemm>(ordinal_, main_stream_, tf32_);
     side_gemm_ = std::make_unique<CublasGemm>(ordinal_, side_stream_, tf32_);
@@ -97,6 +99,7 @@ CudaDevice::CudaDevice(int ordinal, DeviceInfo info, bool tf32)
     if (scratch_memory_) cudaFree(scratch_memory_);
     if (fork_event_) cudaEventDestroy(fork_event_);
     if (join_event_) cudaEventDestroy(join_event_);
+    if (last_beside_event_) cudaEventDestroy(last_beside_event_);
     if (side_stream_) cudaStreamDestroy(side_stream_);
     if (main_stream_) cudaStreamDestroy(main_stream_);
     throw;
@@ -114,6 +117,7 @@ CudaDevice::~CudaDevice() {
   cudaFree(scratch_memory_);
   cudaEventDestroy(fork_event_);
   cudaEventDestroy(join_event_);
+  cudaEventDestroy(last_beside_event_);
   cudaStreamDestroy(side_stream_);
   cudaStreamDestroy(main_stream_);
   (void)cudaGetLastError();
@@ -248,17 +252,36 @@ void CudaDevice::do_synchronize() {
 
 // ---- the side stream -----------------------------------------------------------------------
 
-void CudaDevice::do_begin_beside() {
+void CudaDevice::fork_side_stream() {
   make_current();
   TRIDENT_CUDA_CHECK(cudaEventRecord(fork_event_, main_stream_), ordinal_);
   TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0), ordinal_);
+}
+
+KernelContext CudaDevice::side_kernel_context() {
+  KernelContext ctx = kernel_context();
+  ctx.stream = side_stream_;
+  ctx.scratch = side_scratch_;
+  ctx.cooperative_launch = false;
+  return ctx;
+}
+
+void CudaDevice::do_begin_beside() {
+  fork_side_stream();
   stream_ = side_stream_;
   scratch_ = side_scratch_;
 }
 
 void CudaDevice::do_end_beside() {
+  // Where this call's work ends, for join_last_beside.
+  TRIDENT_CUDA_CHECK(cudaEventRecord(last_beside_event_, side_stream_), ordinal_);
   stream_ = main_stream_;
   scratch_ = main_scratch_;
+}
+
+void CudaDevice::do_join_last_beside() {
+  make_current();
+  TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(main_stream_, last_beside_event_, 0), ordinal_);
 }
 
 void CudaDevice::do_join_beside() {

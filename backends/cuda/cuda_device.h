@@ -55,6 +55,7 @@ class CudaDevice final : public Device {
   void do_begin_beside() override;
   void do_end_beside() override;
   void do_join_beside() override;
+  void do_join_last_beside() override;
 
   // ---- ops_gemm.cpp
   void do_gemm(const GemmArgs& args) override;
@@ -85,7 +86,7 @@ class CudaDevice final : public Device {
                          const Tensor& y, const Tensor& workspace) override;
   bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                           const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
-                          const Tensor& workspace, bool workspace_valid) override;
+                          const Tensor& workspace, bool workspace_valid, bool weight_gradient_beside) override;
   void do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) override;
   void do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) override;
 
@@ -155,6 +156,11 @@ class CudaDevice final : public Device {
   // Makes the device current and returns what its kernels are launched with; the error flag
   // only for ops that may meet bad data (it is allocated on first use, before any capture).
   KernelContext kernel_context(bool with_error_flag = false);
+  // The side stream's context (its scratch, no cooperative launches), for work an op forks
+  // there itself (conv2d_backward's weight gradient); fork_side_stream makes the side stream
+  // wait for the main stream's work so far.
+  KernelContext side_kernel_context();
+  void fork_side_stream();
   // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
   // Whether this convolution runs as implicit GEMM, or as a direct convolution (few input
@@ -168,7 +174,7 @@ class CudaDevice final : public Device {
                         const Tensor& y, const Tensor& workspace);
   void winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
-                         const Tensor& workspace);
+                         const Tensor& workspace, bool weight_gradient_beside);
 
   DeviceInfo info_;
   int ordinal_ = 0;
@@ -187,6 +193,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  cudaEvent_t last_beside_event_ = nullptr;  // the end of the last queue_beside call's work
   // cuBLAS handles (and their workspaces) on the main and the side stream; gemm() picks the one
   // of the stream ops are queued on.
   std::unique_ptr<CublasGemm> gemm_, side_gemm_;

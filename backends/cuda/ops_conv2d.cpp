@@ -240,16 +240,20 @@ bool CudaDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, const 
 bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                     const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                     const Tensor& db, const Tensor& workspace,
-                                    bool workspace_valid) {
+                                    bool workspace_valid, bool weight_gradient_beside) {
   const KernelContext ctx = kernel_context();
   if (implicit_conv(s)) {
-    launch_implicit_conv_backward(ctx, s, device_ptr<const void>(x), device_ptr<const void>(w),
-                                  device_ptr<const void>(dy), device_ptr<void>(dx),
-                                  device_ptr<float>(dw), device_ptr<char>(workspace),
-                                  workspace_valid);
+    // Beside: dw and db on the side stream, forked once dy (and x) are in NHWC; dx goes on.
+    const KernelContext weight_ctx = weight_gradient_beside ? side_kernel_context() : ctx;
+    std::function<void()> fork;
+    if (weight_gradient_beside) fork = [this] { fork_side_stream(); };
+    launch_implicit_conv_backward(ctx, weight_ctx, fork, s, device_ptr<const void>(x),
+                                  device_ptr<const void>(w), device_ptr<const void>(dy),
+                                  device_ptr<void>(dx), device_ptr<float>(dw),
+                                  device_ptr<char>(workspace), workspace_valid);
     check_launch("implicit_conv_backward");
     if (db.defined()) {
-      launch_channel_sums(ctx, s.dtype, device_ptr<const void>(dy), nullptr,
+      launch_channel_sums(weight_ctx, s.dtype, device_ptr<const void>(dy), nullptr,
                           device_ptr<float>(db), s.batch, s.out_channels,
                           s.out_height() * s.out_width(), 0.0f);
       check_launch("channel_sums");
@@ -257,7 +261,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
     return true;
   }
   if (winograd_conv(s)) {
-    winograd_backward(s, x, w, dy, dx, dw, db, workspace);
+    winograd_backward(s, x, w, dy, dx, dw, db, workspace, weight_gradient_beside);
     return false;
   }
   const ConvPlan plan(s);

@@ -58,16 +58,24 @@ void CudaDevice::winograd_forward(const Conv2dShape& s, const Tensor& x, const T
 
 void CudaDevice::winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                                   const Tensor& db, const Tensor& workspace) {
+                                   const Tensor& db, const Tensor& workspace,
+                                   bool weight_gradient_beside) {
   const KernelContext ctx = kernel_context();
   const WinogradPlan plan(s);
   char* ws = device_ptr<char>(workspace);
-  launch_winograd_weight_gradient_fused(ctx, s, device_ptr<const float>(x),
+  // Beside: dw and db on the side stream (they read x and dy, which nothing writes before the
+  // join, and the workspace's partials, apart from the U the data gradient writes).
+  KernelContext weight_ctx = ctx;
+  if (weight_gradient_beside) {
+    fork_side_stream();
+    weight_ctx = side_kernel_context();
+  }
+  launch_winograd_weight_gradient_fused(weight_ctx, s, device_ptr<const float>(x),
                                         device_ptr<const float>(dy), plan.partial(ws),
                                         device_ptr<float>(dw));
   check_launch("winograd_weight_gradient");
   if (db.defined()) {
-    launch_channel_sums(ctx, DType::f32, device_ptr<const void>(dy), nullptr,
+    launch_channel_sums(weight_ctx, DType::f32, device_ptr<const void>(dy), nullptr,
                         device_ptr<float>(db), s.batch, s.out_channels,
                         s.out_height() * s.out_width(), 0.0f);
     check_launch("channel_sums");

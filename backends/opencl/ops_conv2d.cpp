@@ -194,7 +194,7 @@ bool OpenClDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, cons
 bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                       const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                       const Tensor& db, const Tensor& workspace,
-                                      bool workspace_valid) {
+                                      bool workspace_valid, bool) {
   if (winograd_conv(s)) {
     winograd_backward(s, x, w, dy, dx, dw, db, workspace);
     return false;

@@ -262,9 +262,10 @@ void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s
   });
 }
 
-void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
-                                   const void* w, const void* dy, void* dx, float* dw,
-                                   char* workspace, bool x_t_valid) {
+void launch_implicit_conv_backward(const KernelContext& ctx, const KernelContext& weight_ctx,
+                                   const std::function<void()>& fork, const Conv2dShape& s,
+                                   const void* x, const void* w, const void* dy, void* dx,
+                                   float* dw, char* workspace, bool x_t_valid) {
   if (s.batch == 0) {
     cudaMemsetAsync(dw, 0, size_t(s.weight_numel()) * sizeof(float), ctx.stream);
     return;
@@ -290,11 +291,13 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
                    kTf32<M>);
     transpose<S>(ctx, dy, workspace + ws.dy_t, s.batch, s.out_channels,
                  s.out_height() * s.out_width(), kTf32<M>);
+    if (fork) fork();
+    // The weight gradient: slices of the positions into partials, summed in a fixed order.
     if (wgmma) {
-      launch_wgmma_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
+      launch_wgmma_wgrad(weight_ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
                          forward_gather(s), s.batch, s.out_channels, ws.splits);
     } else if (halo) {
-      launch_halo_wgrad(ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
+      launch_halo_wgrad(weight_ctx, s.dtype, workspace + ws.x_t, workspace + ws.dy_t, partials,
                         forward_gather(s), s.batch, s.out_channels, ws.splits);
     } else {
       with_block_rows(s.out_channels, [&](auto bm) {
@@ -304,12 +307,14 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
         const dim3 grid(unsigned((ckk + BN - 1) / BN), unsigned((s.out_channels + BM - 1) / BM),
                         unsigned(ws.splits));
         launch_with_smem<wgrad_conv_kernel<M, BM>>(
-            ctx, Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid,
+            weight_ctx, Mma::kTileBytes + kWgradStages * 3 * Mma::kBK * int(sizeof(int)), grid,
             static_cast<const S*>(static_cast<const void*>(workspace + ws.x_t)),
             static_cast<const S*>(static_cast<const void*>(workspace + ws.dy_t)), partials,
             forward_gather(s), int(s.out_channels), int(positions), int(slice_positions));
       });
     }
+    launch_conv_grad_reduce(weight_ctx, partials, ws.splits, s.out_channels, ckk, false, false,
+                            dw, nullptr, false, halo ? 0 : s.in_channels);
     if (!dx) return;
     if (!x_t_valid) {  // else the forward left it
       const auto arrange = weight_arrangement<M>(s, w, nullptr, workspace + ws.w_flip);
@@ -319,8 +324,6 @@ void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& 
     data_gradient<M>(ctx, s, workspace + ws.dy_t,
                      reinterpret_cast<const S*>(workspace + ws.w_flip), dx);
   });
-  launch_conv_grad_reduce(ctx, partials, ws.splits, s.out_channels, ckk, false, false, dw,
-                          nullptr, false, halo ? 0 : s.in_channels);
 }
 
 }  // namespace trident::cuda

@@ -29,6 +29,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "trident/core/op_types.h"
 #include "trident/kernels/cuda/kernel_context.h"
@@ -56,9 +57,12 @@ ImplicitConvWorkspace implicit_conv_workspace(int sms, const Conv2dShape& s, boo
 void launch_implicit_conv_forward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
                                   const void* w, const float* bias, void* y, char* workspace);
 // dw (float32, overwritten) and, when dx is not null, dx. x_t_valid: the workspace still holds x
-// in NHWC and the flipped kernel from the forward.
-void launch_implicit_conv_backward(const KernelContext& ctx, const Conv2dShape& s, const void* x,
-                                   const void* w, const void* dy, void* dx, float* dw,
-                                   char* workspace, bool x_t_valid);
+// in NHWC and the flipped kernel from the forward. The NHWC transposes go on ctx's stream; then
+// fork() is called (unless empty) and dw's kernels go on weight_ctx's stream, dx's on ctx's:
+// with weight_ctx on another stream that fork() made wait for ctx's, the two run side by side.
+void launch_implicit_conv_backward(const KernelContext& ctx, const KernelContext& weight_ctx,
+                                   const std::function<void()>& fork, const Conv2dShape& s,
+                                   const void* x, const void* w, const void* dy, void* dx,
+                                   float* dw, char* workspace, bool x_t_valid);
 
 }  // namespace trident::cuda
