@@ -146,9 +146,10 @@ class Residual : public Layer {
   using BufferKey = std::tuple<int64_t, void*, size_t>;
   static BufferKey buffer_key(const Tensor& x, const Tensor& t);
   // Runs the projection shortcut's `work` on the device's side queue, beside the body, where
-  // that queue takes every op (Device::side_queue_runs_every_op) and ctx.beside; else in order. Not the first time for a key (`seen`): that pass allocates the
-  // shortcut's buffers, which side work may not. Returns whether it went beside (the caller then
-  // joins before reading the shortcut's results).
+  // that queue takes every op (Device::side_queue_runs_every_op) and ctx.beside; else in order.
+  // Not the first time for a key (`seen`): that pass allocates the shortcut's buffers, which
+  // side work may not. Returns whether it went beside (the caller then joins, join_last_beside,
+  // before reading the shortcut's results).
   bool run_shortcut(const StepContext& ctx, const BufferKey& key, std::set<BufferKey>& seen,
                     const std::function<void()>& work) const;
   Sequential body_, shortcut_;

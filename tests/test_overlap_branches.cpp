@@ -232,7 +232,8 @@ TEST_CASE("overlap: shortcuts stay in order where the side queue takes elementwi
   CHECK(device.begins == 0);
   SECTION("and an op that may not go beside is refused there with a message") {
     const Tensor x = Tensor::zeros(device, {2, 1, 4, 4}), y = Tensor::zeros(device, {2, 1, 4, 4});
-    const Tensor mean = Tensor::zeros(device, {1}), var = Tensor::from_host(device, {1}, std::vector<float>{1.0f});
+    const Tensor mean = Tensor::zeros(device, {1});
+    const Tensor var = Tensor::from_host(device, {1}, std::vector<float>{1.0f});
     BatchNormShape s;
     s.outer = 2, s.channels = 1, s.inner = 16;
     REQUIRE_THROWS_WITH(device.queue_beside([&] {

@@ -86,7 +86,8 @@ class CudaDevice final : public Device {
                          const Tensor& y, const Tensor& workspace) override;
   bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                           const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
-                          const Tensor& workspace, bool workspace_valid, bool weight_gradient_beside) override;
+                          const Tensor& workspace, bool workspace_valid,
+                          bool weight_gradient_beside) override;
   void do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) override;
   void do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) override;
 
