@@ -306,6 +306,9 @@ class Device {
   void release_scratch(size_t mark) { scratch_used_ = mark; }
 
  protected:
+  // A backend's op queued work on the side queue itself (conv2d_backward's weight gradient):
+  // the next join_beside() waits for it.
+  void note_work_beside() { beside_pending_ = true; }
   // ---- required slots ----------------------------------------------------------------------------
   // A fresh allocation; throws OutOfMemory naming requested and free bytes.
   virtual void* do_allocate(size_t bytes) = 0;

@@ -75,6 +75,7 @@ class BranchQueueCpuDevice : public trident::testing::ReplayingCpuDevice {
                           bool weight_gradient_beside) override {
     if (weight_gradient_beside) {
       ++weight_gradients_beside;
+      note_work_beside();
       const Tensor dw_copy = copy_of(dw);
       const Tensor db_copy = db.defined() ? copy_of(db) : Tensor();
       CpuDevice::do_conv2d_backward(s, x, w, dy, dx, dw_copy, db_copy, workspace, workspace_valid,
@@ -316,4 +317,59 @@ TEST_CASE("overlap: data-parallel gradient sums start after the weight gradients
   CHECK(checking->starts > 2 * 8);
   CHECK(checking->started_with_pending == 0);
   CHECK(a.weight_gradients_beside > 0);
+}
+
+TEST_CASE("conformance: steps whose convolutions may leave their weight gradients beside are "
+          "captured, and replay them",
+          "[conformance][overlap][capture]") {
+  // A 5x5 convolution of 10 channels (the seed CNN's: every backend keeps its weight gradient in
+  // order) and a 3x3 one of 32 (CUDA's implicit and Winograd paths finish it beside): the step
+  // ends with a join either way, which must not pull an idle side queue into the capture.
+  for (Device* d : trident::testing::devices_under_test()) {
+    const Tensor probe = Tensor::zeros(*d, {4});
+    if (!d->capture([&] { d->fill(probe, 1.0f); })) continue;  // no capture here
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      if (!d->supports(dtype)) continue;
+      for (const bool wide : {false, true}) {
+        DYNAMIC_SECTION(d->info().id() << ", " << dtype_name(dtype)
+                                       << (wide ? ", 3x3 over 32 channels" : ", 5x5 over 10")) {
+          Conv2dShape s;
+          s.batch = 4, s.in_channels = wide ? 32 : 10, s.height = s.width = 12;
+          s.out_channels = wide ? 32 : 20, s.kernel_h = s.kernel_w = wide ? 3 : 5;
+          s.pad_h = s.pad_w = wide ? 1 : 0;
+          s.dtype = dtype;
+          auto values = [](int64_t n, float scale) {
+            std::vector<float> v(static_cast<size_t>(n));
+            for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int(i * 7919 % 41) - 20);
+            return v;
+          };
+          const Tensor x = Tensor::from_host(*d, {s.input_numel()}, values(s.input_numel(), 0.05f),
+                                             dtype);
+          const Tensor w = Tensor::from_host(
+              *d, {s.weight_numel()}, values(s.weight_numel(), 0.01f), dtype);
+          const Tensor dy = Tensor::from_host(*d, {s.output_numel()},
+                                              values(s.output_numel(), 0.02f), dtype);
+          const Tensor y = Tensor::zeros(*d, {s.output_numel()}, dtype);
+          const Tensor dx = Tensor::zeros(*d, {s.input_numel()}, dtype);
+          const Tensor dw = Tensor::zeros(*d, {s.weight_numel()});
+          const Tensor workspace =
+              Tensor::zeros(*d, {int64_t(d->conv2d_workspace_bytes(s))}, DType::u8);
+          auto step = [&] {
+            d->conv2d_forward(s, x, w, Tensor(), y, workspace);
+            d->conv2d_backward(s, x, w, dy, dx, dw, Tensor(), workspace, true);
+            d->join_beside();
+          };
+          step();
+          const std::vector<float> eager_dw = dw.to_host(), eager_dx = dx.to_host();
+          auto captured = d->capture(step);
+          REQUIRE(captured != nullptr);
+          d->fill(dw, 0.0f);
+          d->fill(dx, 0.0f);
+          captured->replay();
+          CHECK(dw.to_host() == eager_dw);
+          CHECK(dx.to_host() == eager_dx);
+        }
+      }
+    }
+  }
 }

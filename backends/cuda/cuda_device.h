@@ -162,6 +162,11 @@ class CudaDevice final : public Device {
   // wait for the main stream's work so far.
   KernelContext side_kernel_context();
   void fork_side_stream();
+  // fork_side_stream for an op's own side work: the next join waits for it.
+  void fork_work_beside() {
+    fork_side_stream();
+    note_work_beside();
+  }
   // Throws BackendError naming the kernel if its launch failed (cudaGetLastError).
   void check_launch(const char* kernel) const;
   // Whether this convolution runs as implicit GEMM, or as a direct convolution (few input

@@ -246,7 +246,7 @@ bool CudaDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const
     // Beside: dw and db on the side stream, forked once dy (and x) are in NHWC; dx goes on.
     const KernelContext weight_ctx = weight_gradient_beside ? side_kernel_context() : ctx;
     std::function<void()> fork;
-    if (weight_gradient_beside) fork = [this] { fork_side_stream(); };
+    if (weight_gradient_beside) fork = [this] { fork_work_beside(); };
     launch_implicit_conv_backward(ctx, weight_ctx, fork, s, device_ptr<const void>(x),
                                   device_ptr<const void>(w), device_ptr<const void>(dy),
                                   device_ptr<void>(dx), device_ptr<float>(dw),

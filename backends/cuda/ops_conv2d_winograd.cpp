@@ -67,7 +67,7 @@ void CudaDevice::winograd_backward(const Conv2dShape& s, const Tensor& x, const 
   // join, and the workspace's partials, apart from the U the data gradient writes).
   KernelContext weight_ctx = ctx;
   if (weight_gradient_beside) {
-    fork_side_stream();
+    fork_work_beside();
     weight_ctx = side_kernel_context();
   }
   launch_winograd_weight_gradient_fused(weight_ctx, s, device_ptr<const float>(x),
