@@ -358,24 +358,19 @@ bool Residual::run_shortcut(const StepContext& ctx, const BufferKey& key,
 // small convolution and batch norm fill SMs that the body's leave idle.
 void Residual::forward(const StepContext& ctx, const Tensor& x, const Tensor& y,
                        const std::vector<Tensor>& scratch) {
-  if (fused_norm_) {  // the shortcut first: the body's last layer sums it (and activates)
-    const Tensor& skip = shortcut_.empty() ? x : scratch[0];
-    bool beside = false;
-    if (!shortcut_.empty())
-      beside = run_shortcut(ctx, buffer_key(x, skip), forward_seen_,
-                            [&] { shortcut_.forward(ctx, x, skip, {}); });
+  size_t next = 0;
+  const Tensor body_out = body_into_output_ ? y : scratch[next++];  // y when fused_norm_
+  const Tensor& skip = shortcut_.empty() ? x : scratch[next];
+  // The shortcut first: the body's last layer may sum it (fused_norm_), and it may run beside.
+  const bool beside =
+      !shortcut_.empty() && run_shortcut(ctx, buffer_key(x, skip), forward_seen_,
+                                         [&] { shortcut_.forward(ctx, x, skip, {}); });
+  if (fused_norm_) {  // the body's last batch norm sums the shortcut (and activates)
     fused_norm_->set_residual(skip.reshape(y.shape()), beside);
     body_.forward(ctx, x, y, {});
     fused_norm_->set_residual(Tensor());
     return;
   }
-  size_t next = 0;
-  const Tensor body_out = body_into_output_ ? y : scratch[next++];
-  const Tensor& skip = shortcut_.empty() ? x : scratch[next];
-  bool beside = false;
-  if (!shortcut_.empty())
-    beside = run_shortcut(ctx, buffer_key(x, skip), forward_seen_,
-                          [&] { shortcut_.forward(ctx, x, skip, {}); });
   body_.forward(ctx, x, body_out, {});
   if (beside) ctx.device->join_last_beside();
   if (!body_into_output_) y.copy_from(body_out);
