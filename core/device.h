@@ -189,7 +189,7 @@ class Device {
   void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
                       const Tensor& y, const Tensor& workspace);
   // dw (and db, and dx, each unless undefined) from dy[N, OC, OH, OW]. weight_gradient_beside:
-  // where the side queue runs every op, the backend may finish dw and db there, beside what is
+  // where the device has a side queue, the backend may finish dw and db there, beside what is
   // queued next (the caller then joins, join_beside(), before anything reads dw or db or this
   // workspace is used again; queue_beside's work queued later runs after them).
   void conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& dy,
@@ -439,7 +439,9 @@ class Device {
   // workspace_valid: the workspace still holds what this backend's forward left there for the
   // same x, w and shape, neither written since. Returns whether it still does afterwards.
   // weight_gradient_beside: dw and db may be finished on the side queue (see conv2d_backward;
-  // only where side_queue_runs_every_op(), never inside queue_beside's work).
+  // never inside queue_beside's work). Ops the front would refuse there may go only where the
+  // backend knows they share nothing with the main queue (a side_queue_runs_every_op() backend
+  // may send any); a backend that forks calls note_work_beside().
   virtual bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                   const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                   const Tensor& db, const Tensor& workspace,

@@ -186,7 +186,7 @@ void Device::conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor
   // Beside only from the main queue, and only with nothing staged (staging copies back after).
   // A backend that does queue work there says so (note_work_beside), so that the next join
   // waits for it; one that does not leaves the side queue out of a captured step.
-  const bool beside = weight_gradient_beside && side_queue_runs_every_op() && !beside_ &&
+  const bool beside = weight_gradient_beside && has_side_queue() && !beside_ &&
                       native(OpFamily::conv2d, s.dtype);
   const bool still_holds = do_conv2d_backward(cs, stage.in(x), stage.in(w), stage.in(dy),
                                               stage.out(dx), dw, db, workspace, valid, beside);

@@ -59,7 +59,7 @@ void ClQueue::submit(cl_kernel kernel, const LaunchRange& range, const char* nam
     return;
   }
   cl_event event = nullptr;
-  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(queue_, kernel, range.dims, nullptr, range.global,
+  TRIDENT_CL_CHECK(clEnqueueNDRangeKernel(active_, kernel, range.dims, nullptr, range.global,
                                           range.local, 0, nullptr, profile_slot(event)),
                    label_ + ", kernel " + name);
   profiled(name, event);

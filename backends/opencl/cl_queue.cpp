@@ -30,11 +30,21 @@ ClQueue::ClQueue(cl_platform_id platform, cl_device_id device, const DeviceInfo&
                                 &status);
   if (status != CL_SUCCESS) clReleaseContext(context_);
   TRIDENT_CL_CHECK(status, label_);
+  side_ = clCreateCommandQueue(context_, device_, profile_ ? CL_QUEUE_PROFILING_ENABLE : 0,
+                               &status);
+  if (status != CL_SUCCESS) {
+    clReleaseCommandQueue(queue_);
+    clReleaseContext(context_);
+  }
+  TRIDENT_CL_CHECK(status, label_ + " (a second queue)");
+  active_ = queue_;
   max_alloc_bytes_ = device_value<cl_ulong>(device_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
 }
 
 ClQueue::~ClQueue() {
-  clFinish(queue_);  // errors are moot now; every object below is released regardless
+  clFinish(side_);  // errors are moot now; every object below is released regardless
+  clFinish(queue_);
+  if (side_mark_) clReleaseEvent(side_mark_);
   if (profile_) {
     profile_->collect();
     profile_.reset();  // prints the table
@@ -47,6 +57,7 @@ ClQueue::~ClQueue() {
     if (main.program) clReleaseProgram(main.program);
   }
   for (cl_mem retired : retired_) clReleaseMemObject(retired);
+  clReleaseCommandQueue(side_);
   clReleaseCommandQueue(queue_);
   clReleaseContext(context_);
 }
@@ -137,7 +148,7 @@ void ClQueue::read(void* host, DeviceMemory src, size_t bytes) {
 void ClQueue::copy(DeviceMemory dst, DeviceMemory src, size_t bytes) {
   if (record([=] { copy(dst, src, bytes); })) return;
   cl_event event = nullptr;
-  TRIDENT_CL_CHECK(clEnqueueCopyBuffer(queue_, static_cast<cl_mem>(src.handle),
+  TRIDENT_CL_CHECK(clEnqueueCopyBuffer(active_, static_cast<cl_mem>(src.handle),
                                        static_cast<cl_mem>(dst.handle), src.offset, dst.offset,
                                        bytes, 0, nullptr, profile_slot(event)),
                    label_);
@@ -149,7 +160,7 @@ void ClQueue::fill(DeviceMemory dst, const void* pattern, size_t pattern_bytes, 
   std::memcpy(&word, pattern, pattern_bytes);
   if (record([=] { fill(dst, &word, pattern_bytes, bytes); })) return;
   cl_event event = nullptr;
-  TRIDENT_CL_CHECK(clEnqueueFillBuffer(queue_, static_cast<cl_mem>(dst.handle), &word,
+  TRIDENT_CL_CHECK(clEnqueueFillBuffer(active_, static_cast<cl_mem>(dst.handle), &word,
                                        pattern_bytes, dst.offset, bytes, 0, nullptr,
                                        profile_slot(event)),
                    label_);
@@ -158,6 +169,7 @@ void ClQueue::fill(DeviceMemory dst, const void* pattern, size_t pattern_bytes, 
 
 void ClQueue::finish() {
   refuse_in_capture("synchronize");
+  TRIDENT_CL_CHECK(clFinish(side_), label_);
   TRIDENT_CL_CHECK(clFinish(queue_), label_);
   if (profile_) profile_->collect();
   reap_uploads(true);
@@ -220,6 +232,43 @@ void ClQueue::ensure_program(DType storage) {
     main.program = program;
     main.kernels = std::move(kernels);
   });
+}
+
+// ---- the side queue --------------------------------------------------------------------------
+
+void ClQueue::order_after(cl_command_queue from, cl_command_queue to) {
+  cl_event marker = nullptr;
+  TRIDENT_CL_CHECK(clEnqueueMarkerWithWaitList(from, 0, nullptr, &marker), label_);
+  const cl_int status = clEnqueueBarrierWithWaitList(to, 1, &marker, nullptr);
+  clReleaseEvent(marker);  // the barrier keeps what it waits for
+  TRIDENT_CL_CHECK(status, label_);
+}
+
+void ClQueue::fork_side() {
+  if (record([this] { fork_side(); })) return;
+  order_after(queue_, side_);
+  active_ = side_;
+}
+
+void ClQueue::back_to_main(bool mark_end) {
+  if (record([this, mark_end] { back_to_main(mark_end); })) return;
+  active_ = queue_;
+  if (!mark_end) return;
+  cl_event marker = nullptr;
+  TRIDENT_CL_CHECK(clEnqueueMarkerWithWaitList(side_, 0, nullptr, &marker), label_);
+  if (side_mark_) clReleaseEvent(side_mark_);
+  side_mark_ = marker;
+}
+
+void ClQueue::join_side() {
+  if (record([this] { join_side(); })) return;
+  order_after(side_, queue_);
+}
+
+void ClQueue::join_marked_side() {
+  if (record([this] { join_marked_side(); })) return;
+  if (!side_mark_) return;
+  TRIDENT_CL_CHECK(clEnqueueBarrierWithWaitList(queue_, 1, &side_mark_, nullptr), label_);
 }
 
 }  // namespace trident::opencl

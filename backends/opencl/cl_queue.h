@@ -95,7 +95,9 @@ class ClQueue {
   cl_platform_id platform() const { return platform_; }
   cl_device_id device() const { return device_; }
   cl_context context() const { return context_; }
-  cl_command_queue* queue() { return &queue_; }  // CLBlast takes a pointer
+  // The queue that launches, copies and fills go to now: the main queue, or the side queue
+  // between fork_side() and back_to_main(). CLBlast takes a pointer.
+  cl_command_queue* queue() { return &active_; }
 
   // ---- memory (enqueued in order; read waits for everything queued before it) ----------------
   // A new buffer; OutOfMemory with the device's sizes when the driver refuses it. Not while
@@ -141,6 +143,20 @@ class ClQueue {
   // Builds the main program for `storage` on first use.
   void ensure_program(DType storage = DType::f32);
 
+  // ---- the side queue (Device::queue_beside): a second in-order queue, joined by events ------
+  // Each of these is recorded while capturing and run again at every replay, so that a replay
+  // switches queues at the same points (kernels and recorded work go to queue() as it is then).
+  // Later launches, copies and fills go to the side queue; they start once everything queued
+  // on the main queue so far has run.
+  void fork_side();
+  // Later launches, copies and fills go to the main queue again. mark_end: keep an event where
+  // the side work so far ends (join_marked_side waits for it).
+  void back_to_main(bool mark_end);
+  // Main-queue work queued after this waits for all side work queued so far.
+  void join_side();
+  // Main-queue work queued after this waits for the side work up to the last mark only.
+  void join_marked_side();
+
   // ---- capture (capture.cpp) -----------------------------------------------------------------
   // While capturing: records `op` to be run again at every replay and returns true (host-side
   // work such as CLBlast calls, fills and copies); otherwise returns false.
@@ -176,7 +192,12 @@ class ClQueue {
   cl_platform_id platform_ = nullptr;
   cl_device_id device_ = nullptr;
   cl_context context_ = nullptr;
-  cl_command_queue queue_ = nullptr;
+  cl_command_queue queue_ = nullptr;  // main
+  cl_command_queue side_ = nullptr;
+  cl_command_queue active_ = nullptr;  // queue_ or side_ (queue())
+  cl_event side_mark_ = nullptr;       // back_to_main(true)'s end of side work, or null
+  // A marker on `from` that `to`'s later commands wait for.
+  void order_after(cl_command_queue from, cl_command_queue to);
 
   // The main program per storage type (f32, f16, bf16), each built on first use.
   struct MainProgram {

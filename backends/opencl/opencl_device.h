@@ -45,6 +45,15 @@ class OpenClDevice final : public Device {
   void do_scale(const Tensor& x, const Tensor& factor, const Tensor& y) override;
   void do_synchronize() override;
   std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override;
+  // queue_beside: a second in-order queue, forked from and joined to the main one by markers
+  // (ClQueue; recorded by a capture). Only elementwise ops go there from the front: the
+  // reductions' scratch and the GEMM engine's are the main queue's. A convolution's weight
+  // gradient goes there where it needs neither (the Winograd kernels).
+  bool do_has_side_queue() const override { return true; }
+  void do_begin_beside() override { queue_.fork_side(); }
+  void do_end_beside() override { queue_.back_to_main(true); }
+  void do_join_beside() override { queue_.join_side(); }
+  void do_join_last_beside() override { queue_.join_marked_side(); }
 
   // ops_gemm.cpp
   void do_gemm(const GemmArgs& args) override;
@@ -71,7 +80,7 @@ class OpenClDevice final : public Device {
   bool do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                           const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
                           const Tensor& workspace, bool workspace_valid,
-                          bool /*weight_gradient_beside*/) override;
+                          bool weight_gradient_beside) override;
   // ops_im2col.cpp
   void do_im2col(const Conv2dShape& s, const Tensor& x, const Tensor& col) override;
   void do_col2im(const Conv2dShape& s, const Tensor& col, const Tensor& dx) override;
@@ -139,9 +148,10 @@ class OpenClDevice final : public Device {
   size_t winograd_workspace_bytes(const Conv2dShape& s) const;
   void winograd_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
                         const Tensor& y, const Tensor& workspace);
+  // weight_gradient_beside: dw's kernels on the side queue (conv2d_backward).
   void winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
-                         const Tensor& workspace);
+                         const Tensor& workspace, bool weight_gradient_beside);
   // y = conv(x, the kernel transformed into U) + b (b may be undefined) for s.
   void winograd_convolution(const Conv2dShape& s, DeviceMemory x, DeviceMemory U,
                             const Tensor& b, DeviceMemory y);

@@ -194,11 +194,13 @@ bool OpenClDevice::do_conv2d_forward(const Conv2dShape& s, const Tensor& x, cons
 bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                       const Tensor& dy, const Tensor& dx, const Tensor& dw,
                                       const Tensor& db, const Tensor& workspace,
-                                      bool workspace_valid, bool) {
+                                      bool workspace_valid, bool weight_gradient_beside) {
   if (winograd_conv(s)) {
-    winograd_backward(s, x, w, dy, dx, dw, db, workspace);
+    winograd_backward(s, x, w, dy, dx, dw, db, workspace, weight_gradient_beside);
     return false;
   }
+  // Below, in order: the data gradient overwrites the columns the weight gradient reads, and
+  // the GEMMs use the engine's scratch.
   const ConvLayout L = conv_layout(s, gemm_);
   const ConvGeometry& d = L.g;
   const size_t e = L.column_bytes();

@@ -106,7 +106,8 @@ void OpenClDevice::winograd_forward(const Conv2dShape& s, const Tensor& x, const
 
 void OpenClDevice::winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                      const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                                     const Tensor& db, const Tensor& workspace) {
+                                     const Tensor& db, const Tensor& workspace,
+                                     bool weight_gradient_beside) {
   const WinogradPlan plan(s);
   const DeviceMemory U = workspace.memory(), partial = U.at(plan.u_bytes);
   const TileArgs t(s);
@@ -116,6 +117,12 @@ void OpenClDevice::winograd_backward(const Conv2dShape& s, const Tensor& x, cons
   range.global[1] = (size_t(s.out_channels) + kConvOutChannels - 1) / kConvOutChannels;
   range.global[2] = (size_t(s.in_channels) + kConvOutChannels - 1) / kConvOutChannels;
   range.local[0] = kGroup, range.local[1] = 1, range.local[2] = 1;
+  // Beside: the weight gradient reads x and dy and writes dw and its own part of the workspace
+  // (partial), nothing the data gradient below touches, and no shared scratch.
+  if (weight_gradient_beside) {
+    queue_.fork_side();
+    note_work_beside();
+  }
   queue_.launch(Kernel::winograd_weight_partials, range, queue_.buffer(x, "x"),
                 queue_.buffer(dy, "dy"), queue_.buffer(partial, sizeof(float), "workspace"), t.C,
                 t.OC, t.H, t.W, t.OH, t.OW, t.ph, t.pw, t.TW, t.tiles, t.total,
@@ -125,6 +132,7 @@ void OpenClDevice::winograd_backward(const Conv2dShape& s, const Tensor& x, cons
                 LaunchRange::groups((elements + 15) / 16, kGroup),
                 queue_.buffer(partial, sizeof(float), "workspace"), cl_uint(elements),
                 cl_uint(plan.slices.count), queue_.buffer(dw, "dw"));
+  if (weight_gradient_beside) queue_.back_to_main(false);
   if (db.defined())
     do_channel_sums(dy, Tensor(), db, s.batch, s.out_channels, s.out_height() * s.out_width(),
                     0.0f);
