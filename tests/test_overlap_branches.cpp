@@ -373,3 +373,92 @@ TEST_CASE("conformance: steps whose convolutions may leave their weight gradient
     }
   }
 }
+
+// Per-queue scratch: batch norms of few channels and long runs (partial statistics in the
+// reduction scratch) and long-K GEMMs (split-K partial products) queued beside the same ops on
+// the main queue, over and over, must give exactly what they give in order. A side queue that
+// shared the main queue's scratch would let one queue's partials overwrite the other's.
+TEST_CASE("conformance: reductions and split GEMMs beside the same ops keep their own scratch",
+          "[conformance][overlap]") {
+  for (Device* d : trident::testing::devices_under_test()) {
+    if (!d->side_queue_runs_every_op()) continue;
+    DYNAMIC_SECTION(d->info().id()) {
+      BatchNormShape s;
+      s.outer = 64, s.channels = 2, s.inner = 1024;  // 65536 values a channel: many pieces
+      const int64_t m = 32, n = 10, k = 4096;         // long K, small C: split along K
+      struct Lane {
+        Tensor x, dy, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, dx,
+            dgamma, dbeta, a, b, c;
+      };
+      auto lane = [&](uint32_t seed) {
+        Lane l;
+        const Shape shape{s.outer, s.channels, s.inner};
+        const size_t values = size_t(s.numel());
+        l.x = Tensor::from_host(*d, shape, trident::testing::random_floats(values, seed, 2, 5));
+        l.dy = Tensor::from_host(*d, shape, trident::testing::random_floats(values, seed + 1));
+        l.gamma = Tensor::from_host(*d, {2}, std::vector<float>{0.5f, 2.0f});
+        l.beta = Tensor::from_host(*d, {2}, std::vector<float>{0.1f, -0.3f});
+        l.running_mean = Tensor::zeros(*d, {2});
+        l.running_var = Tensor::from_host(*d, {2}, std::vector<float>{1.0f, 1.0f});
+        l.y = Tensor::zeros(*d, shape), l.dx = Tensor::zeros(*d, shape);
+        l.save_mean = Tensor::zeros(*d, {2}), l.save_invstd = Tensor::zeros(*d, {2});
+        l.dgamma = Tensor::zeros(*d, {2}), l.dbeta = Tensor::zeros(*d, {2});
+        l.a = Tensor::from_host(*d, {m, k}, trident::testing::random_floats(m * k, seed + 2));
+        l.b = Tensor::from_host(*d, {k, n}, trident::testing::random_floats(k * n, seed + 3));
+        l.c = Tensor::zeros(*d, {m, n});
+        return l;
+      };
+      auto work = [&](Lane& l) {
+        d->batchnorm_forward(s, true, l.x, l.gamma, l.beta, l.running_mean, l.running_var, l.y,
+                             l.save_mean, l.save_invstd);
+        d->batchnorm_backward(s, l.x, l.dy, l.gamma, l.save_mean, l.save_invstd, l.dx, l.dgamma,
+                              l.dbeta);
+        GemmArgs g;
+        g.m = m, g.n = n, g.k = k, g.a = l.a, g.b = l.b, g.c = l.c, g.lda = k, g.ldb = n,
+        g.ldc = n;
+        g.beta = 1.0f;  // accumulates: every round's product counts
+        d->gemm(g);
+      };
+      auto results = [](const Lane& l) {
+        std::vector<std::vector<float>> r;
+        for (const Tensor* t : {&l.y, &l.dx, &l.dgamma, &l.dbeta, &l.running_mean,
+                                &l.running_var, &l.c})
+          r.push_back(t->to_host());
+        return r;
+      };
+      // How many elements of each result differ (a count, not the 65536-element vectors).
+      auto differing = [](const std::vector<std::vector<float>>& got,
+                          const std::vector<std::vector<float>>& want) {
+        std::vector<size_t> counts;
+        for (size_t i = 0; i < got.size(); ++i) {
+          size_t count = 0;
+          for (size_t j = 0; j < got[i].size(); ++j) count += got[i][j] != want[i][j];
+          counts.push_back(count);
+        }
+        return counts;
+      };
+      const std::vector<size_t> none(7, 0);  // y, dx, dgamma, dbeta, running mean / var, gemm
+      constexpr int kRounds = 12;
+      Lane first = lane(1), second = lane(7);
+      for (int i = 0; i < kRounds; ++i) {
+        work(first);
+        work(second);
+      }
+      const auto want_first = results(first), want_second = results(second);
+      // Once in order first: the shapes' scratch grows where allocating is allowed.
+      Lane beside = lane(1), main = lane(7);
+      for (int i = 0; i < kRounds; ++i) {
+        if (i == 0) {
+          work(beside);
+        } else {
+          d->queue_beside([&] { work(beside); });
+        }
+        work(main);
+        if (i % 4 == 3) d->join_beside();  // several rounds in flight on both queues
+      }
+      d->join_beside();
+      CHECK(differing(results(beside), want_first) == none);
+      CHECK(differing(results(main), want_second) == none);
+    }
+  }
+}

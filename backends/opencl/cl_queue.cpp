@@ -98,6 +98,11 @@ void ClQueue::grow(ClBuffer& buffer, size_t needed) {
   buffer.bytes = needed;
 }
 
+void ClQueue::grow_pair(ClBuffer (&pair)[2], size_t needed) {
+  grow(pair[0], needed);
+  grow(pair[1], needed);
+}
+
 void ClQueue::reap_uploads(bool wait) {
   std::string failure;
   for (size_t i = 0; i < uploads_.size();) {
@@ -245,12 +250,14 @@ void ClQueue::order_after(cl_command_queue from, cl_command_queue to) {
 }
 
 void ClQueue::fork_side() {
+  on_side_ = true;
   if (record([this] { fork_side(); })) return;
   order_after(queue_, side_);
   active_ = side_;
 }
 
 void ClQueue::back_to_main(bool mark_end) {
+  on_side_ = false;
   if (record([this, mark_end] { back_to_main(mark_end); })) return;
   active_ = queue_;
   if (!mark_end) return;
@@ -258,6 +265,17 @@ void ClQueue::back_to_main(bool mark_end) {
   TRIDENT_CL_CHECK(clEnqueueMarkerWithWaitList(side_, 0, nullptr, &marker), label_);
   if (side_mark_) clReleaseEvent(side_mark_);
   side_mark_ = marker;
+}
+
+void ClQueue::run_on_side(const std::function<void()>& work) {
+  fork_side();
+  try {
+    work();
+  } catch (...) {
+    back_to_main(false);
+    throw;
+  }
+  back_to_main(false);
 }
 
 void ClQueue::join_side() {

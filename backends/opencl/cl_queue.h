@@ -152,10 +152,18 @@ class ClQueue {
   // Later launches, copies and fills go to the main queue again. mark_end: keep an event where
   // the side work so far ends (join_marked_side waits for it).
   void back_to_main(bool mark_end);
+  // fork_side(), `work`, back_to_main(false) (also when `work` throws).
+  void run_on_side(const std::function<void()>& work);
   // Main-queue work queued after this waits for all side work queued so far.
   void join_side();
   // Main-queue work queued after this waits for the side work up to the last mark only.
   void join_marked_side();
+  // Whether work queued (or recorded) now goes to the side queue: each queue has its own
+  // scratch (the reductions', the GEMM engine's), picked by this.
+  bool on_side() const { return on_side_; }
+  // Grows both queues' scratch `pair` to `needed` bytes together, so that work that first runs
+  // in order (where allocating is allowed) has made room for its later runs beside.
+  void grow_pair(ClBuffer (&pair)[2], size_t needed);
 
   // ---- capture (capture.cpp) -----------------------------------------------------------------
   // While capturing: records `op` to be run again at every replay and returns true (host-side
@@ -196,6 +204,7 @@ class ClQueue {
   cl_command_queue side_ = nullptr;
   cl_command_queue active_ = nullptr;  // queue_ or side_ (queue())
   cl_event side_mark_ = nullptr;       // back_to_main(true)'s end of side work, or null
+  bool on_side_ = false;               // on_side(): set while recording too
   // A marker on `from` that `to`'s later commands wait for.
   void order_after(cl_command_queue from, cl_command_queue to);
 

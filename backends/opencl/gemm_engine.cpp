@@ -174,14 +174,15 @@ void GemmEngine::clblast(bool trans_a, bool trans_b, size_t m, size_t n, size_t 
     known = clblast_scratch_sizes_.emplace(key, bytes).first;
   }
   const size_t scratch_bytes = known->second;
-  queue_.grow(clblast_scratch_, scratch_bytes);
-  const auto run = [=] {
+  queue_.grow_pair(clblast_scratch_, scratch_bytes);
+  const ClBuffer& scratch = clblast_scratch_[queue_.on_side()];
+  const auto run = [=, &scratch] {
     cl_event event = nullptr;  // CLBlast's event covers its last kernel only
     TRIDENT_CLBLAST_CHECK(
         clblast::Gemm<float>(clblast::Layout::kRowMajor, op_a, op_b, m, n, k, alpha, A.mem,
                              A.offset, lda, B.mem, B.offset, ldb, beta, C.mem, C.offset, ldc,
                              queue_.queue(), queue_.profile_slot(event),
-                             scratch_bytes > 0 ? clblast_scratch_.mem : nullptr),
+                             scratch_bytes > 0 ? scratch.mem : nullptr),
         queue_.label());
     queue_.profiled("clblast_gemm (last kernel)", event);
   };
@@ -259,8 +260,8 @@ bool GemmEngine::split_k(const GemmCall& g) {
   const size_t m = g.m, n = g.n, k = g.k;
   const size_t slice_k = k / slices;
   const size_t done = slices * slice_k, rows = slices + (k > done ? 1 : 0);
-  queue_.grow(split_k_scratch_, rows * m * n * sizeof(float));
-  const DeviceMemory partial{split_k_scratch_.mem, 0};
+  queue_.grow_pair(split_k_scratch_, rows * m * n * sizeof(float));
+  const DeviceMemory partial{split_k_scratch_[queue_.on_side()].mem, 0};
   // Slice s of op(A) is columns [s*slice_k, ...): a step of slice_k elements along a row of A,
   // or slice_k rows of the stored [K, M]; likewise rows of op(B).
   const size_t a_step = g.trans_a ? slice_k * g.lda : slice_k;

@@ -157,8 +157,9 @@ class GemmEngine {
   mutable TensorCores tensor_cores_ = TensorCores::off;
 
   // CLBlast's scratch for padded GEMMs and the split-K partial products, grown to the largest
-  // need and kept (no allocation once a step has run).
-  ClBuffer clblast_scratch_, split_k_scratch_;
+  // need and kept (no allocation once a step has run); one each per queue (main, side: the
+  // index is ClQueue::on_side()), grown together.
+  ClBuffer clblast_scratch_[2], split_k_scratch_[2];
   // CLBlast's scratch need per (transposes, sizes, offsets, strides): asked once each.
   std::map<std::tuple<int, int, size_t, size_t, size_t, size_t, size_t, size_t, size_t, size_t,
                       size_t>,

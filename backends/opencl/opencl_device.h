@@ -46,10 +46,11 @@ class OpenClDevice final : public Device {
   void do_synchronize() override;
   std::unique_ptr<CapturedWork> do_capture(const std::function<void()>& step) override;
   // queue_beside: a second in-order queue, forked from and joined to the main one by markers
-  // (ClQueue; recorded by a capture). Only elementwise ops go there from the front: the
-  // reductions' scratch and the GEMM engine's are the main queue's. A convolution's weight
-  // gradient goes there where it needs neither (the Winograd kernels).
-  bool do_has_side_queue() const override { return true; }
+  // (ClQueue; recorded by a capture), on GPUs unless TRIDENT_OPENCL_SIDE_QUEUE says otherwise.
+  // Every op may go there: the reductions and the GEMM engine have scratch per queue, and no
+  // kernel waits for the whole device.
+  bool do_has_side_queue() const override { return side_queue_; }
+  bool do_side_queue_runs_every_op() const override { return true; }
   void do_begin_beside() override { queue_.fork_side(); }
   void do_end_beside() override { queue_.back_to_main(true); }
   void do_join_beside() override { queue_.join_side(); }
@@ -169,9 +170,11 @@ class OpenClDevice final : public Device {
   ClQueue queue_;
   GemmEngine gemm_;
   // Partial sums of the per-channel reductions (ChannelSplit), made with the device so that no
-  // op allocates.
-  ClBuffer reduce_scratch_;
+  // op allocates: one per queue (main, side), reduce_scratch() the current one's.
+  ClBuffer reduce_scratch_[2];
+  const ClBuffer& reduce_scratch() const { return reduce_scratch_[queue_.on_side()]; }
   bool winograd_ = false;  // winograd_available(), at construction
+  bool side_queue_ = false;  // TRIDENT_OPENCL_SIDE_QUEUE (default: on GPUs), at construction
 };
 
 }  // namespace trident::opencl

@@ -54,7 +54,7 @@ void OpenClDevice::normalise(const BatchNormShape& s, bool training, const Tenso
                   outer, channels, inner, s.eps, s.momentum, cl_int(s.relu), sum);
     return;
   }
-  const BufferArg partial{reduce_scratch_.mem, 0};
+  const BufferArg partial{reduce_scratch().mem, 0};
   queue_.launch_typed(Kernel::batchnorm_moments, x.dtype(),
                 LaunchRange::groups(size_t(split.pieces) * channels, 256), queue_.buffer(x, "x"),
                 outer, channels, inner, split.per_piece, partial);
@@ -91,8 +91,8 @@ void OpenClDevice::do_batchnorm_backward(const BatchNormShape& s, const Tensor& 
                   queue_.optional(beta, "beta"), cl_int(s.relu));
     return;
   }
-  const BufferArg partial{reduce_scratch_.mem, 0};
-  const BufferArg coef{reduce_scratch_.mem, cl_ulong(split.pieces) * channels * 2};
+  const BufferArg partial{reduce_scratch().mem, 0};
+  const BufferArg coef{reduce_scratch().mem, cl_ulong(split.pieces) * channels * 2};
   queue_.launch_typed(Kernel::batchnorm_gradient_sums, x.dtype(),
                 LaunchRange::groups(size_t(split.pieces) * channels, 256), queue_.buffer(x, "x"),
                 queue_.buffer(dy, "dy"), queue_.buffer(save_mean, "save_mean"), outer, channels,

@@ -23,7 +23,7 @@ ChannelSplit OpenClDevice::channel_split(int64_t outer, int64_t channels, int64_
   const size_t values = size_t(outer * inner), count = size_t(channels);
   // About 8 work-groups per compute unit hide memory latency on a GPU.
   const size_t wanted_groups = 8 * size_t(std::max(info_.compute_units, 1));
-  const size_t scratch_floats = reduce_scratch_.bytes / sizeof(float);
+  const size_t scratch_floats = reduce_scratch().bytes / sizeof(float);
   const size_t fit = scratch_floats > reserved
                          ? (scratch_floats - reserved) / (floats_per_partial * count)
                          : 0;
@@ -50,7 +50,7 @@ void OpenClDevice::do_channel_sums(const Tensor& x, const Tensor& y, const Tenso
   CallStorage call(*this, {&x, &y});
   const Tensor xs = call.in(x), ys = call.in(y);
   const DType type = call.type();
-  const BufferArg partial{reduce_scratch_.mem, 0};
+  const BufferArg partial{reduce_scratch().mem, 0};
   const auto finish = [&](cl_uint pieces) {
     queue_.launch(Kernel::channel_sums_finish, LaunchRange::items(size_t(channels), 64), partial,
                   pieces, cl_uint(channels), queue_.buffer(out, "out"), beta);

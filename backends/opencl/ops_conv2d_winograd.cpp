@@ -117,25 +117,28 @@ void OpenClDevice::winograd_backward(const Conv2dShape& s, const Tensor& x, cons
   range.global[1] = (size_t(s.out_channels) + kConvOutChannels - 1) / kConvOutChannels;
   range.global[2] = (size_t(s.in_channels) + kConvOutChannels - 1) / kConvOutChannels;
   range.local[0] = kGroup, range.local[1] = 1, range.local[2] = 1;
-  // Beside: the weight gradient reads x and dy and writes dw and its own part of the workspace
-  // (partial), nothing the data gradient below touches, and no shared scratch.
+  const auto weight_gradient = [&] {
+    queue_.launch(Kernel::winograd_weight_partials, range, queue_.buffer(x, "x"),
+                  queue_.buffer(dy, "dy"), queue_.buffer(partial, sizeof(float), "workspace"),
+                  t.C, t.OC, t.H, t.W, t.OH, t.OW, t.ph, t.pw, t.TW, t.tiles, t.total,
+                  cl_uint(plan.slices.tiles_per_slice));
+    const size_t elements = size_t(s.out_channels) * size_t(s.in_channels);
+    queue_.launch(Kernel::winograd_weight_gradient,
+                  LaunchRange::groups((elements + 15) / 16, kGroup),
+                  queue_.buffer(partial, sizeof(float), "workspace"), cl_uint(elements),
+                  cl_uint(plan.slices.count), queue_.buffer(dw, "dw"));
+    if (db.defined())
+      do_channel_sums(dy, Tensor(), db, s.batch, s.out_channels, s.out_height() * s.out_width(),
+                      0.0f);
+  };
+  // Beside: the weight gradient reads x and dy and writes dw, db and its own part of the
+  // workspace (partial), nothing the data gradient below touches.
   if (weight_gradient_beside) {
-    queue_.fork_side();
+    queue_.run_on_side(weight_gradient);
     note_work_beside();
+  } else {
+    weight_gradient();
   }
-  queue_.launch(Kernel::winograd_weight_partials, range, queue_.buffer(x, "x"),
-                queue_.buffer(dy, "dy"), queue_.buffer(partial, sizeof(float), "workspace"), t.C,
-                t.OC, t.H, t.W, t.OH, t.OW, t.ph, t.pw, t.TW, t.tiles, t.total,
-                cl_uint(plan.slices.tiles_per_slice));
-  const size_t elements = size_t(s.out_channels) * size_t(s.in_channels);
-  queue_.launch(Kernel::winograd_weight_gradient,
-                LaunchRange::groups((elements + 15) / 16, kGroup),
-                queue_.buffer(partial, sizeof(float), "workspace"), cl_uint(elements),
-                cl_uint(plan.slices.count), queue_.buffer(dw, "dw"));
-  if (weight_gradient_beside) queue_.back_to_main(false);
-  if (db.defined())
-    do_channel_sums(dy, Tensor(), db, s.batch, s.out_channels, s.out_height() * s.out_width(),
-                    0.0f);
   if (!dx.defined()) return;
   // The data gradient's channels are the forward's output ones, its outputs the input ones.
   queue_.launch(Kernel::winograd_kernel,
