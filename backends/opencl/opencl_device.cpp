@@ -24,9 +24,9 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
   queue_.grow_pair(reduce_scratch_, kReduceScratchFloats * sizeof(float));
   winograd_ = winograd_available();
   // A second queue pays where kernels leave parts of a GPU idle; a CPU device's work-groups
-  // already spread over every core, and Ubuntu 24.04's PoCL 5.0 gave wrong results with it in
-  // one run of the suite out of several (PoCL 3.1 and NVIDIA's driver pass every run; the
-  // suite's ctest run sets TRIDENT_OPENCL_SIDE_QUEUE=1, as for the Winograd kernels).
+  // already spread over every core, and Ubuntu 24.04's PoCL 5.0 gave a wrong result with it in
+  // one run of a test out of several (PoCL 3.1 and NVIDIA's driver pass every run; the suite's
+  // ctest run sets TRIDENT_OPENCL_SIDE_QUEUE=1, as for the Winograd kernels).
   side_queue_ = env_flag("TRIDENT_OPENCL_SIDE_QUEUE", info_.type == "gpu");
 }
 

@@ -149,7 +149,7 @@ class OpenClDevice final : public Device {
   size_t winograd_workspace_bytes(const Conv2dShape& s) const;
   void winograd_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& b,
                         const Tensor& y, const Tensor& workspace);
-  // weight_gradient_beside: dw's kernels on the side queue (conv2d_backward).
+  // weight_gradient_beside: dw's and db's kernels on the side queue (conv2d_backward).
   void winograd_backward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
                          const Tensor& workspace, bool weight_gradient_beside);

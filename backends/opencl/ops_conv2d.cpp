@@ -199,8 +199,8 @@ bool OpenClDevice::do_conv2d_backward(const Conv2dShape& s, const Tensor& x, con
     winograd_backward(s, x, w, dy, dx, dw, db, workspace, weight_gradient_beside);
     return false;
   }
-  // Below, in order: the data gradient overwrites the columns the weight gradient reads, and
-  // the GEMMs use the engine's scratch.
+  // Below, in order (weight_gradient_beside aside): the data gradient overwrites the columns the
+  // weight gradient reads.
   const ConvLayout L = conv_layout(s, gemm_);
   const ConvGeometry& d = L.g;
   const size_t e = L.column_bytes();
