@@ -25,10 +25,10 @@ struct StepContext {
   // float32 masters, so that a forward need not convert them (the Trainer, whose optimizer
   // writes them with each update: see Network::compute_parameters). Default: convert.
   bool compute_parameters_current = false;
-  // Layers may queue independent work on the device's side queue where it runs every op
-  // (Device::side_queue_runs_every_op): a Residual's projection shortcut beside its body, a
-  // convolution's weight gradient beside the backward below it. The network joins before
-  // backward returns. False: everything in order (TrainOptions::overlap, TRIDENT_OVERLAP=0).
+  // Layers may queue independent work on the device's side queue: a Residual's projection
+  // shortcut beside its body where that queue runs every op (Device::side_queue_runs_every_op),
+  // a convolution's weight gradient beside the backward below it where the device has one and
+  // its backend forks it (conv2d_backward). The network joins before backward returns. False: everything in order (TrainOptions::overlap, TRIDENT_OVERLAP=0).
   bool beside = true;
 };
 
