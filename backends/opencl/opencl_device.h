@@ -174,6 +174,8 @@ class OpenClDevice final : public Device {
   ClBuffer reduce_scratch_[2];
   const ClBuffer& reduce_scratch() const { return reduce_scratch_[queue_.on_side()]; }
   bool winograd_ = false;  // winograd_available(), at construction
+  // 16-bit layers too: only where TRIDENT_OPENCL_WINOGRAD=1 asks (not yet timed on a GPU).
+  bool winograd_16bit_ = false;
   bool side_queue_ = false;  // TRIDENT_OPENCL_SIDE_QUEUE (default: on GPUs), at construction
 };
 

@@ -19,8 +19,9 @@
 //           last column (the ones row's) is the bias gradient; dw and db = the sums of partial's
 //           split-K slices (conv_grad_sum). With dx: col[:CKK] = W^T product (overwriting the
 //           columns: the backward then returns false) and dx = col2im(col).
-//           Stride 1 with padding up to the kernel's size - 1 (3x3 "same" layers: in 16 bits, or
-//           float32 ones with fewer than 16 channels, the others being Winograd's),
+//           Stride 1 with padding up to the kernel's size - 1 (3x3 "same" layers: in 16 bits
+//           unless TRIDENT_OPENCL_WINOGRAD=1, or with fewer than 16 channels; the others are
+//           Winograd's),
 //           where dy's columns fit the workspace's col and the own GEMM takes the product: dx
 //           is a convolution of dy instead, as its forward is (no col2im, and a product shaped
 //           as the forward's: OC rows against CKK rows there; H200, 28x28 32->32, float32:
@@ -28,8 +29,9 @@
 //           col[OC*KH*KW, N*H*W] = im2col(dy, padding KH-1-PH, KW-1-PW), wt[C, OC*KH*KW] = w
 //           with its kernel flipped (conv_flip_weights, into the partial area), and
 //           dx = wt col written in NCHW by the own GEMM.
-// Float32 3x3 stride-1 layers with 16 or more channels each way: Winograd's F(2x2, 3x3) instead
-// (ops_conv2d_winograd.cpp, OpenClDevice::winograd_conv).
+// Float32 3x3 stride-1 layers with 16 or more channels each way (and 16-bit ones where
+// TRIDENT_OPENCL_WINOGRAD=1): Winograd's F(2x2, 3x3) instead (ops_conv2d_winograd.cpp,
+// OpenClDevice::winograd_conv).
 // dW is a long-K product (K = L is the whole batch's pixels, M x N = OC x (CKK + 1) is small),
 // which one GEMM runs on a handful of work-groups: it is split into S slices of L, run as one
 // strided batched GEMM, and the slices are summed by conv_grad_sum.

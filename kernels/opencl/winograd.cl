@@ -1,7 +1,10 @@
-// Float32 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) (backends/opencl/
+// 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) (backends/opencl/
 // ops_conv2d_winograd.cpp drives them; kernels/cuda/winograd.h has the same kernels in CUDA and
 // kernels/cpu/winograd.h the algebra). Each kernel transforms its operands in local memory: no
-// Winograd-domain array goes through global memory. Local memory stays under 48 KB a
+// Winograd-domain array goes through global memory. x, w, y and dy are act_t (storage.cl: float32,
+// or 16-bit in the f16 and bf16 programs), loaded into float; the transforms, the products and
+// their sums are float, the transformed kernel U and the weight gradient's partials float32, and
+// y (dx) is rounded once. Local memory stays under 48 KB a
 // work-group (NVIDIA's OpenCL limit): 32 KB in the convolution, 36 KB in the weight gradient.
 //
 // Tiles are 2x2 output blocks: a sample's TH x TW of them (TH = ceil(OH / 2)), tile index
@@ -34,14 +37,14 @@ inline void wino_input_transform(float d[4][4], float v[16]) {
 // U[xi][c][o] = (G k G^T)[xi], k the 3x3 kernel of output channel o and input channel c: w[o, c]
 // (w [OC, C, 3, 3]), or, when flipped (a data gradient: channels = the forward's OC), w[c, o]
 // turned by 180 degrees. One work-item per (c, o).
-__kernel void winograd_kernel(__global const float* w, ulong w_off, __global float* U,
+__kernel void winograd_kernel(__global const act_t* w, ulong w_off, __global float* U,
                               ulong U_off, uint C, uint OC, int flipped) {
   const uint i = get_global_id(0), total = C * OC;
   if (i >= total) return;
   const uint c = i / OC, o = i - c * OC;
   const ulong src = w_off + (flipped ? ((ulong)c * OC + o) : ((ulong)o * C + c)) * 9;
   float k[9];
-  for (int e = 0; e < 9; ++e) k[e] = w[src + (flipped ? 8 - e : e)];
+  for (int e = 0; e < 9; ++e) k[e] = LOAD(w, src + (flipped ? 8 - e : e));
   float q[4][3];  // G k
   for (int b = 0; b < 3; ++b) {
     q[0][b] = k[b];
@@ -65,8 +68,8 @@ __kernel void winograd_kernel(__global const float* w, ulong w_off, __global flo
 // then pass through local memory in two halves of the output channels (Ms[16][16][32]) to the
 // inverse transform A^T m A.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
-void winograd_conv(__global const float* x, ulong x_off, __global const float* U, ulong U_off,
-                   __global const float* bias, ulong bias_off, int has_bias, __global float* y,
+void winograd_conv(__global const act_t* x, ulong x_off, __global const float* U, ulong U_off,
+                   __global const float* bias, ulong bias_off, int has_bias, __global act_t* y,
                    ulong y_off, uint C, uint OC, uint H, uint W, uint OH, uint OW, int ph, int pw,
                    uint TW, uint tiles, uint total) {
   __local float shared[16 * WINO_CHUNK * (WINO_TILES + WINO_OUT)];  // 32 KB
@@ -112,7 +115,7 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
       float d[4][4], v[16];
       for (int r = 0; r < 4; ++r)
         for (int k = 0; k < 4; ++k)
-          d[r][k] = (valid >> (r * 4 + k)) & 1u ? x[offset + (long)r * W + k] : 0.0f;
+          d[r][k] = (valid >> (r * 4 + k)) & 1u ? LOAD(x, offset + (long)r * W + k) : 0.0f;
       wino_input_transform(d, v);
       for (int e = 0; e < 16; ++e)
         Vs[(e * WINO_CHUNK + fill_channel) * WINO_TILES + fill_tile] = v[e];
@@ -171,8 +174,8 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
       const ulong out = y_tile + (ulong)oc * OH * OW;
       for (int r = 0; r < 2; ++r) {
         if (oy + r >= OH) break;
-        y[out + r * OW] = a[r][0] + a[r][1] + a[r][2] + b;
-        if (ox + 1 < OW) y[out + r * OW + 1] = a[r][1] - a[r][2] - a[r][3] + b;
+        STORE(y, out + r * OW, a[r][0] + a[r][1] + a[r][2] + b);
+        if (ox + 1 < OW) STORE(y, out + r * OW + 1, a[r][1] - a[r][2] - a[r][3] + b);
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -186,7 +189,7 @@ void winograd_conv(__global const float* x, ulong x_off, __global const float* U
 // ([16][8][36], channels the fastest), then work-item (xi, 8 output channels, 8 input channels)
 // adds the outer products into 64 registers.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
-void winograd_weight_partials(__global const float* x, ulong x_off, __global const float* dy,
+void winograd_weight_partials(__global const act_t* x, ulong x_off, __global const act_t* dy,
                               ulong dy_off, __global float* partial, ulong partial_off, uint C,
                               uint OC, uint H, uint W, uint OH, uint OW, int ph, int pw, uint TW,
                               uint tiles, uint total, uint slice_tiles) {
@@ -231,7 +234,7 @@ void winograd_weight_partials(__global const float* x, ulong x_off, __global con
       float e[2][2];
       for (int r = 0; r < 2; ++r)
         for (int k = 0; k < 2; ++k)
-          e[r][k] = (dy_valid >> (r * 2 + k)) & 1u ? dy[dy_offset + (long)r * OW + k] : 0.0f;
+          e[r][k] = (dy_valid >> (r * 2 + k)) & 1u ? LOAD(dy, dy_offset + (long)r * OW + k) : 0.0f;
       float a[4][2];  // A e: rows e0, e0 + e1, e0 - e1, -e1; then (A e) A^T
       for (int k = 0; k < 2; ++k) {
         a[0][k] = e[0][k];
@@ -249,7 +252,7 @@ void winograd_weight_partials(__global const float* x, ulong x_off, __global con
       float d[4][4], v[16];
       for (int r = 0; r < 4; ++r)
         for (int k = 0; k < 4; ++k)
-          d[r][k] = (x_valid >> (r * 4 + k)) & 1u ? x[x_offset + (long)r * W + k] : 0.0f;
+          d[r][k] = (x_valid >> (r * 4 + k)) & 1u ? LOAD(x, x_offset + (long)r * W + k) : 0.0f;
       wino_input_transform(d, v);
       __local float* v_out = Vs + j * WINO_ROW + ch;
       for (int k = 0; k < 16; ++k) v_out[k * stride] = v[k];
