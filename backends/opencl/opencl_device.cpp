@@ -23,7 +23,7 @@ OpenClDevice::OpenClDevice(cl_platform_id platform, cl_device_id device, DeviceI
   info_.limits.max_elements = std::numeric_limits<int32_t>::max();
   queue_.grow_pair(reduce_scratch_, kReduceScratchFloats * sizeof(float));
   winograd_ = winograd_available();
-  winograd_16bit_ = winograd_ && env_flag("TRIDENT_OPENCL_WINOGRAD", false);
+  winograd_16bit_ = env_flag("TRIDENT_OPENCL_WINOGRAD", false);  // and winograd_ (winograd_conv)
   // A second queue pays where kernels leave parts of a GPU idle; a CPU device's work-groups
   // already spread over every core, and Ubuntu 24.04's PoCL 5.0 gave a wrong result with it in
   // one run of a test out of several (PoCL 3.1 and NVIDIA's driver pass every run; the suite's

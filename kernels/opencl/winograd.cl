@@ -1,11 +1,11 @@
 // 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) (backends/opencl/
 // ops_conv2d_winograd.cpp drives them; kernels/cuda/winograd.h has the same kernels in CUDA and
 // kernels/cpu/winograd.h the algebra). Each kernel transforms its operands in local memory: no
-// Winograd-domain array goes through global memory. x, w, y and dy are act_t (storage.cl: float32,
-// or 16-bit in the f16 and bf16 programs), loaded into float; the transforms, the products and
-// their sums are float, the transformed kernel U and the weight gradient's partials float32, and
-// y (dx) is rounded once. Local memory stays under 48 KB a
-// work-group (NVIDIA's OpenCL limit): 32 KB in the convolution, 36 KB in the weight gradient.
+// Winograd-domain array goes through global memory. Local memory stays under 48 KB a work-group
+// (NVIDIA's OpenCL limit): 32 KB in the convolution, 36 KB in the weight gradient.
+// x, w, y and dy are act_t (storage.cl: float32, or 16-bit in the f16 and bf16 programs), loaded
+// into float; the transforms, products and sums are float, U and the weight gradient's partials
+// float32, and y (dx) is rounded once.
 //
 // Tiles are 2x2 output blocks: a sample's TH x TW of them (TH = ceil(OH / 2)), tile index
 // n * tiles + ty * TW + tx over the batch; tile (ty, tx) reads x's 4x4 block at rows
